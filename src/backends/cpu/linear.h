@@ -1,0 +1,43 @@
+// CPU executor for a quantized linear, all three semantics of SPEC §5, with bias.
+//   y (M, N) = x (M, K) · Wᵀ (+ bias), x and y in the activation dtype T (BF16 or F16, bit patterns).
+// Two entry points: `CpuLinear`, the fast path (weights decoded once per output row per call block,
+// threads over N, f32 accumulation), and `cpu_linear_reference_f64`, straightforward loops accumulating in
+// f64 (the test oracle; it returns the unrounded sums so tests can bound the error of any executor).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "common/dtype.h"
+#include "format/quant.h"
+
+namespace nvfp4 {
+
+// Fast CPU path. Construct once per layer (prepare: decodes the block scales to f32 once); run() many times.
+class CpuLinear {
+ public:
+  // act: BF16 or F16. Throws nvfp4::Error if the semantics needs an input scale the layer lacks.
+  CpuLinear(const LinearWeights& w, Semantics s, DType act);
+  // x: (m, K) T bits, row-major; y: (m, N) T bits, row-major. Thread-parallel over N.
+  void run(const uint16_t* x, int64_t m, uint16_t* y) const;
+  Semantics semantics() const { return sem_; }
+  DType act_dtype() const { return act_; }
+
+ private:
+  const LinearWeights& w_;
+  Semantics sem_;
+  DType act_;
+  std::vector<float> wscale_;  // (N, K/16) f32 block scale for this semantics (S, or T(S·D_w) parts)
+};
+
+// Reference: the value before the final rounding to T, in f64, for each (m, n):
+//   w4a16:     D_w · Σ x·(e2m1·S)                      (y = T(acc) then + bias)
+//   w4a4:      alpha · Σ (e2m1·sx)·(e2m1·S)
+//   w4a4-vllm: Σ x_dq · w_dq
+// `acc` gets (m, N) doubles. Bias is not included (see cpu_linear_finish).
+void cpu_linear_reference_f64(const LinearWeights& w, Semantics s, DType act, const uint16_t* x, int64_t m,
+                              double* acc);
+
+// Final step shared by every executor's reference check: y = T( T(acc) + bias ) (bias in T), or T(acc).
+uint16_t linear_output(DType act, float acc, const float* bias_n);
+
+}  // namespace nvfp4

@@ -1,0 +1,54 @@
+// Number formats of NVFP4 (SPEC §1): E2M1 (FP4) codes, E4M3 (FP8 e4m3fn) block scales, and host-side
+// bf16/fp16 with IEEE round-to-nearest-even. Pure C++, no I/O, no CUDA. Every function here is exact.
+#pragma once
+#include <cstdint>
+
+#include "common/dtype.h"
+
+namespace nvfp4 {
+
+// ---- E2M1 -------------------------------------------------------------------------------------------
+// Magnitudes indexed by the low 3 bits of a code; bit 3 is the sign (0x8 is -0.0).
+constexpr float kE2M1Values[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+constexpr float kE2M1Max = 6.0f;
+
+// Value of a 4-bit code (only the low nibble is read).
+inline float e2m1_decode(uint8_t code) {
+  const float m = kE2M1Values[code & 7];
+  return (code & 8) ? -m : m;
+}
+
+// Clamp to [-6, 6], round to nearest on the grid with ties to the even code; the sign is kept (a negative
+// value that rounds to zero gives 0x8). NaN encodes as 0 (callers validate before quantizing).
+uint8_t e2m1_encode(float y);
+
+// ---- E4M3 (e4m3fn) ----------------------------------------------------------------------------------
+constexpr float kE4M3Max = 448.0f;
+constexpr uint8_t kE4M3NaN = 0x7F;
+
+// Value of an e4m3fn byte; 0x7F/0xFF decode to NaN.
+float e4m3_decode(uint8_t code);
+// Clamp to [-448, 448], then round to nearest even. NaN encodes as 0x7F.
+uint8_t e4m3_encode(float x);
+inline bool e4m3_is_nan(uint8_t code) { return (code & 0x7F) == 0x7F; }
+
+// ---- bf16 / fp16 (bit patterns in uint16_t) ---------------------------------------------------------
+uint16_t f32_to_bf16(float x);  // RNE; NaN stays NaN
+float bf16_to_f32(uint16_t b);
+uint16_t f32_to_f16(float x);   // RNE, overflow to inf, subnormals exact
+float f16_to_f32(uint16_t h);
+
+// T(x): round an f32 to the model dtype T and back (F32: identity). T must be F32, F16 or BF16.
+float round_to(DType t, float x);
+// Bit pattern of T(x) for a 16-bit T (F16 or BF16), and back.
+uint16_t to_bits16(DType t, float x);
+float from_bits16(DType t, uint16_t b);
+
+// ---- packing (SPEC §1): element 2j is the LOW nibble of byte j ---------------------------------------
+inline uint8_t pack_e2m1x2(uint8_t lo, uint8_t hi) { return static_cast<uint8_t>((lo & 0xF) | (hi << 4)); }
+inline uint8_t get_e2m1(const uint8_t* row, int64_t k) {
+  const uint8_t b = row[k >> 1];
+  return (k & 1) ? static_cast<uint8_t>(b >> 4) : static_cast<uint8_t>(b & 0xF);
+}
+
+}  // namespace nvfp4

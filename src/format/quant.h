@@ -1,0 +1,80 @@
+// Canonical in-memory NVFP4 tensors and the quantization recipes of SPEC §3 and §4.
+// Global scales carry both directions: `enc` is the divisor form (compressed-tensors: 2688/amax) and
+// `dec` the multiplier form (ModelOpt: amax/2688); X ≈ e2m1 · e4m3 · dec. Checkpoint readers set them once
+// with GlobalScale::from_enc / from_dec, keeping the stored value exactly and deriving the other as f32(1/x).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+
+namespace nvfp4 {
+
+constexpr int kGroupSize = 16;              // values per E4M3 block scale
+constexpr float kFp4TimesFp8Max = 2688.0f;  // 6 · 448
+
+struct GlobalScale {
+  float enc = 1.0f;  // divisor form (2688 / amax)
+  float dec = 1.0f;  // multiplier form (amax / 2688)
+  static GlobalScale from_enc(float enc);  // dec = f32(1/enc)
+  static GlobalScale from_dec(float dec);  // enc = f32(1/dec)
+};
+
+// An NVFP4 matrix [rows, cols] (weights: rows = N out features, cols = K in features).
+struct Nvfp4Matrix {
+  int64_t rows = 0;
+  int64_t cols = 0;                // multiple of 16
+  std::vector<uint8_t> codes;      // (rows, cols/2) e2m1x2, element 2j in the low nibble
+  std::vector<uint8_t> scales;     // (rows, cols/16) e4m3, linear
+  GlobalScale global;              // X ≈ e2m1 · e4m3 · global.dec
+  void resize(int64_t r, int64_t c);
+};
+
+// What a quantized linear computes (SPEC §5).
+enum class Semantics : uint8_t {
+  W4A16,     // FP4 weights, bf16/fp16 activations (weight-only)
+  W4A4,      // activations quantized to NVFP4 at run time; native (Blackwell) numerics
+  W4A4_VLLM, // W4A4 with vLLM's emulation numerics (both operands dequantized and rounded to T first)
+};
+const char* semantics_name(Semantics s);           // "w4a16", "w4a4", "w4a4-vllm"
+bool semantics_from_name(const std::string& s, Semantics* out);
+
+// One quantized linear layer in canonical form: y = x · Wᵀ (+ bias). Produced by io/, consumed by backends.
+struct LinearWeights {
+  std::string name;             // module name, e.g. "model.layers.0.self_attn.q_proj"
+  Nvfp4Matrix weight;           // (N, K): N out features, K in features
+  bool has_input_scale = false; // true for W4A4 checkpoints (input_global_scale / input_scale present)
+  GlobalScale input_global;     // activation global scale; the quantizer uses input_global.enc
+  std::vector<float> bias;      // (N,) values of the model dtype; empty when the layer has no bias
+  int64_t out_features() const { return weight.rows; }
+  int64_t in_features() const { return weight.cols; }
+};
+
+// ---- compressed-tensors weight writer (SPEC §3), bit-exact with compressed-tensors -------------------
+// max |w| over n values (exact).
+float abs_max(const float* w, int64_t n);
+// gs = f32(T(2688 / amax)); amax == 0 or a T overflow gives 1.0. `t` is the model dtype.
+float ct_global_enc(float amax, DType t);
+// Quantizes w (rows, cols), whose values must be exactly representable in t, with divisor-form global scale
+// gs_enc. cols % 16 == 0 (checked, throws nvfp4::Error). Output global = from_enc(gs_enc).
+Nvfp4Matrix ct_quantize(const float* w, int64_t rows, int64_t cols, DType t, float gs_enc);
+
+// ---- ModelOpt weight writer ---------------------------------------------------------------------------
+// D = f32(amax / 2688) (1.0 when amax == 0); S = e4m3(clamp(f32(amax_g / f32(6·D)))), zero blocks use 1.0;
+// q = e2m1(clamp(f32(x / f32(S·D)))). Output global = from_dec(D).
+Nvfp4Matrix modelopt_quantize(const float* w, int64_t rows, int64_t cols);
+
+// ---- run-time activation quantizer (SPEC §4), bit-exact with vLLM's kernel and reference ---------------
+// x: (m, k) values representable in the activation dtype; gs_enc: divisor-form input global scale.
+// codes: (m, k/2) e2m1x2; scales: (m, k/16) e4m3, linear.
+void quantize_activations(const float* x, int64_t m, int64_t k, float gs_enc, uint8_t* codes,
+                          uint8_t* scales);
+
+// ---- dequantization ------------------------------------------------------------------------------------
+// out (rows, cols) f32 = e2m1 · e4m3 · global.dec, the product formed as f32(f32(e2m1·S)·dec) (e2m1·S is exact).
+void dequantize(const Nvfp4Matrix& m, float* out);
+// Same, rounded to t (F32/F16/BF16) and stored as f32 values.
+void dequantize_to(const Nvfp4Matrix& m, DType t, float* out);
+
+}  // namespace nvfp4
