@@ -72,4 +72,60 @@ DeviceInfo query_device(int index);
 // Describes this binary and the CUDA runtime / cuBLASLt it runs with. Never throws.
 BuildInfo query_build();
 
+// ---- small pure helpers (inline so that every layer can use them without a link dependency) -----------
+inline std::string DeviceInfo::cc_string() const { return std::to_string(cc_major) + "." + std::to_string(cc_minor); }
+inline std::string DeviceInfo::sm_name() const { return is_gpu ? "sm_" + std::to_string(cc()) : "cpu"; }
+inline std::string DeviceInfo::describe() const { return is_gpu ? name + " (" + cc_string() + ")" : std::string("CPU"); }
+inline DeviceInfo DeviceInfo::cpu(const std::string& note) {
+  DeviceInfo d;
+  d.note = note;
+  return d;
+}
+inline DeviceInfo DeviceInfo::gpu(const std::string& name, int cc_major, int cc_minor, int sm_count,
+                                  int64_t memory_bytes) {
+  DeviceInfo d;
+  d.is_gpu = true;
+  d.index = 0;
+  d.name = name;
+  d.cc_major = cc_major;
+  d.cc_minor = cc_minor;
+  d.sm_count = sm_count;
+  d.memory_bytes = memory_bytes;
+  return d;
+}
+inline std::string CudaArch::name() const {
+  std::string s = (ptx ? "compute_" : "sm_") + std::to_string(sm);
+  if (variant) s += variant;
+  return s;
+}
+inline std::string BuildInfo::archs_string() const {
+  if (cuda_archs.empty()) return "none";
+  std::string s;
+  for (const auto& a : cuda_archs) s += (s.empty() ? "" : ",") + a.name();
+  return s;
+}
+inline std::string cudart_version_string(int v) {
+  if (v <= 0) return "none";
+  return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
+}
+inline std::string cublaslt_version_string(int64_t v) {
+  if (v <= 0) return "none";
+  return std::to_string(v / 10000) + "." + std::to_string((v % 10000) / 100) + "." + std::to_string(v % 100);
+}
+inline bool archs_run_on(const std::vector<CudaArch>& archs, int cc) {
+  for (const auto& a : archs) {
+    const bool same_major = a.sm / 10 == cc / 10;
+    if (a.variant == 'a') {
+      if (a.sm == cc) return true;                    // arch-specific: this exact device only
+    } else if (a.variant == 'f') {
+      if (same_major && cc >= a.sm) return true;      // family-specific: same major, newer minor
+    } else if (a.ptx) {
+      if (cc >= a.sm) return true;                    // generic PTX is JIT-compiled forward
+    } else if (same_major && cc >= a.sm) {
+      return true;                                    // generic SASS: same major, newer minor
+    }
+  }
+  return false;
+}
+
 }  // namespace nvfp4

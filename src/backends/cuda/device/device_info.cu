@@ -1,0 +1,123 @@
+// Run-time description of the CUDA device and of this binary (device_info.h), CUDA build.
+// "Carries code for the device" is answered by the driver itself: cudaFuncGetAttributes on a kernel compiled
+// into this library with the same -gencode list as every other kernel here fails when no image runs on the
+// device, and otherwise reports the binaryVersion of the image it picked.
+#include "backends/cuda/device/device_info.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <sstream>
+#include <string>
+
+namespace nvfp4 {
+
+namespace {
+
+// Never launched: it exists so that cudaFuncGetAttributes can tell whether this binary has an image for a
+// device (it is compiled for exactly the architectures of the other kernels of nvfp4_cuda).
+__global__ void nvfp4_arch_probe_kernel(int* out) {
+  if (out) *out = 1;
+}
+
+std::string err_string(cudaError_t e) { return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e); }
+
+// Parses the build's architecture list, e.g. "80;90a;100a;120a" (CMake's NVFP4_CUDA_ARCHS, entries compiled
+// as -gencode=arch=compute_X,code=sm_X: SASS only).
+std::vector<CudaArch> parse_arch_list(const std::string& s) {
+  std::vector<CudaArch> out;
+  std::string item;
+  std::stringstream ss(s);
+  while (std::getline(ss, item, s.find(';') != std::string::npos ? ';' : ',')) {
+    if (item.empty()) continue;
+    CudaArch a;
+    a.sm = std::atoi(item.c_str());
+    const char last = item.back();
+    if (last == 'a' || last == 'f') a.variant = last;
+    if (a.sm > 0) out.push_back(a);
+  }
+  return out;
+}
+
+#define NVFP4_STR2(...) #__VA_ARGS__
+#define NVFP4_STR(...) NVFP4_STR2(__VA_ARGS__)
+
+std::vector<CudaArch> compiled_archs() {
+#if defined(NVFP4_CUDA_ARCHS_STR)
+  // The exact list from the build system (keeps the 'a'/'f' suffixes).
+  return parse_arch_list(NVFP4_CUDA_ARCHS_STR);
+#elif defined(__CUDA_ARCH_LIST__)
+  // nvcc's list of the architectures of this translation unit, e.g. 800,900,1000,1200. It drops the 'a'
+  // suffix; the per-device probe (image_sm) is what decides at run time.
+  std::vector<CudaArch> v = parse_arch_list(NVFP4_STR(__CUDA_ARCH_LIST__));
+  for (auto& a : v) a.sm /= 10;
+  return v;
+#else
+  return {};
+#endif
+}
+
+}  // namespace
+
+int cuda_device_count(std::string* why) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky-free error state of the runtime
+    if (why) *why = "no CUDA device (" + err_string(e) + ")";
+    return 0;
+  }
+  if (n == 0 && why) *why = "no CUDA device";
+  return n;
+}
+
+DeviceInfo query_device(int index) {
+  std::string why;
+  const int n = cuda_device_count(&why);
+  if (n == 0) return DeviceInfo::cpu(why);
+  if (index < 0 || index >= n)
+    return DeviceInfo::cpu("CUDA device " + std::to_string(index) + " does not exist (" + std::to_string(n) +
+                           " device" + (n == 1 ? "" : "s") + " visible)");
+  cudaDeviceProp p{};
+  cudaError_t e = cudaGetDeviceProperties(&p, index);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return DeviceInfo::cpu("cannot query CUDA device " + std::to_string(index) + " (" + err_string(e) + ")");
+  }
+  DeviceInfo d = DeviceInfo::gpu(p.name, p.major, p.minor, p.multiProcessorCount,
+                                 static_cast<int64_t>(p.totalGlobalMem));
+  d.index = index;
+
+  // Probe: does this binary carry an image that runs on this device?
+  int prev = 0;
+  cudaGetDevice(&prev);
+  if (cudaSetDevice(index) == cudaSuccess) {
+    cudaFuncAttributes attr{};
+    e = cudaFuncGetAttributes(&attr, nvfp4_arch_probe_kernel);
+    if (e == cudaSuccess) {
+      d.image_sm = attr.binaryVersion;
+    } else {
+      cudaGetLastError();
+      d.image_sm = 0;
+      d.note = "no kernel image for " + d.sm_name() + " in this binary (" + err_string(e) + ")";
+    }
+    cudaSetDevice(prev);
+  }
+  return d;
+}
+
+BuildInfo query_build() {
+  BuildInfo b;
+  b.cuda = true;
+  b.cuda_archs = compiled_archs();
+  int v = 0;
+  if (cudaRuntimeGetVersion(&v) == cudaSuccess) b.cudart_version = v;
+  v = 0;
+  if (cudaDriverGetVersion(&v) == cudaSuccess) b.driver_version = v;
+  cudaGetLastError();
+  b.cublaslt_version = static_cast<int64_t>(cublasLtGetVersion());
+  return b;
+}
+
+}  // namespace nvfp4

@@ -1,0 +1,50 @@
+// Dispatch flags of the CLI (see dispatch_flags.h).
+#include "cli/dispatch_flags.h"
+
+#include <CLI/CLI.hpp>
+
+#include "common/error.h"
+
+namespace nvfp4::cli {
+
+void add_dispatch_flags(CLI::App& app, DispatchFlags* f) {
+  app.add_option("--device", f->device, "Where quantized layers run: cpu, cuda or cuda:N (env NVFP4_DEVICE)");
+  app.add_option("--linear-backend", f->linear_backend,
+                 "Executor of quantized linears: cpu, cuda or cublaslt (env NVFP4_LINEAR_BACKEND; default: "
+                 "cublaslt for W4A4 on Blackwell, else cuda, else cpu)");
+  // A flag with an optional value: `--emulation` alone means native; `--emulation=vllm` picks the flavour.
+  // (A flag, not an option, so that `--emulation DIR` never takes DIR as the flavour.)
+  app.add_flag("--emulation{native}", f->emulation,
+               "W4A4 numerics on this project's kernels for W4A4 checkpoints: --emulation[=native|vllm] "
+               "(env NVFP4_USE_EMULATION=1, NVFP4_EMULATION_FLAVOR)");
+}
+
+Overrides dispatch_overrides(const DispatchFlags& f, const GetEnvFn& getenv) {
+  Overrides flags;
+  if (!f.device.empty()) {
+    flags.device = parse_device_request(f.device, "--device");
+    flags.device_from = "--device " + f.device;
+  }
+  if (!f.linear_backend.empty()) {
+    Executor e;
+    if (!executor_from_name(f.linear_backend, &e))
+      throw UsageError("--linear-backend: invalid value '" + f.linear_backend + "' (valid: cpu, cuda, cublaslt)");
+    flags.executor = e;
+    flags.executor_from = "--linear-backend " + f.linear_backend;
+  }
+  if (!f.emulation.empty()) {
+    EmulationFlavor fl;
+    if (!flavor_from_name(f.emulation, &fl))
+      throw UsageError("--emulation: invalid value '" + f.emulation + "' (valid: --emulation, --emulation=native, "
+                       "--emulation=vllm)");
+    flags.emulation = true;
+    flags.emulation_from = f.emulation == "native" ? "--emulation" : "--emulation=" + f.emulation;
+    flags.flavor = fl;
+    flags.flavor_from = flags.emulation_from;
+  }
+  return merge_overrides(flags, overrides_from_env(getenv));
+}
+
+Overrides dispatch_overrides(const DispatchFlags& f) { return dispatch_overrides(f, nullptr); }
+
+}  // namespace nvfp4::cli
