@@ -310,7 +310,7 @@ Selection select_linear(const DeviceInfo& dev_in, const BuildInfo& build, LayerS
       std::string why = native_ok ? ov.executor_from + " instead of cublaslt" : native.brief;
       reasons.push_back("W4A4 checkpoint, no native FP4 (" + why + ")");
       own_executor("W4A16");
-      sel.warning = fallback_warning(dev.describe(), why);
+      sel.warning = fallback_warning(dev.is_gpu ? dev.name : "the CPU", why);
     }
   }
   if (ov.flavor && !emulation && !ov.semantics && scheme == LayerScheme::W4A4)
