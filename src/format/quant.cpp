@@ -1,0 +1,170 @@
+#include "format/quant.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "common/error.h"
+#include "common/parallel.h"
+#include "format/numerics.h"
+
+namespace nvfp4 {
+
+namespace {
+
+// The ratio 1/6 as vLLM's kernel writes it: f32(1/6) = 0x3E2AAAAB.
+constexpr float kOneSixth = 0.16666667163372039794921875f;
+
+float clamp_abs(float x, float m) { return x > m ? m : (x < -m ? -m : x); }
+
+void check_cols(int64_t cols, const char* what) {
+  if (cols % kGroupSize != 0)
+    fail(std::string(what) + ": K = " + std::to_string(cols) + " is not a multiple of 16");
+}
+
+}  // namespace
+
+const char* semantics_name(Semantics s) {
+  switch (s) {
+    case Semantics::W4A16: return "w4a16";
+    case Semantics::W4A4: return "w4a4";
+    case Semantics::W4A4_VLLM: return "w4a4-vllm";
+  }
+  return "?";
+}
+
+bool semantics_from_name(const std::string& s, Semantics* out) {
+  for (Semantics v : {Semantics::W4A16, Semantics::W4A4, Semantics::W4A4_VLLM})
+    if (s == semantics_name(v)) {
+      *out = v;
+      return true;
+    }
+  return false;
+}
+
+GlobalScale GlobalScale::from_enc(float enc) { return GlobalScale{enc, 1.0f / enc}; }
+GlobalScale GlobalScale::from_dec(float dec) { return GlobalScale{1.0f / dec, dec}; }
+
+void Nvfp4Matrix::resize(int64_t r, int64_t c) {
+  rows = r;
+  cols = c;
+  codes.assign(static_cast<size_t>(r * (c / 2)), 0);
+  scales.assign(static_cast<size_t>(r * (c / kGroupSize)), 0);
+}
+
+float abs_max(const float* w, int64_t n) {
+  float m = 0.0f;
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, std::fabs(w[i]));
+  return m;
+}
+
+float ct_global_enc(float amax, DType t) {
+  // compressed-tensors: 448 · 6 / amax evaluated in the model dtype, then widened to f32.
+  if (!(amax > 0.0f)) return 1.0f;
+  const float gs = round_to(t, kFp4TimesFp8Max / amax);
+  if (!std::isfinite(gs)) return 1.0f;
+  return gs;
+}
+
+Nvfp4Matrix ct_quantize(const float* w, int64_t rows, int64_t cols, DType t, float gs_enc) {
+  check_cols(cols, "ct_quantize");
+  Nvfp4Matrix q;
+  q.resize(rows, cols);
+  q.global = GlobalScale::from_enc(gs_enc);
+  const int64_t groups = cols / kGroupSize;
+  parallel_for(static_cast<size_t>(rows), 16, [&](size_t r0, size_t r1) {
+    for (int64_t r = static_cast<int64_t>(r0); r < static_cast<int64_t>(r1); ++r) {
+      const float* row = w + r * cols;
+      uint8_t* codes = q.codes.data() + r * (cols / 2);
+      for (int64_t g = 0; g < groups; ++g) {
+        const float* x = row + g * kGroupSize;
+        const float amax_g = abs_max(x, kGroupSize);
+        const float per_group = round_to(t, amax_g / kE2M1Max);  // amax_g / 6 in T
+        uint8_t s = e4m3_encode(clamp_abs(gs_enc * per_group, kE4M3Max));
+        if ((s & 0x7F) == 0) s = 0x20;  // a zero scale becomes 0.125
+        q.scales[static_cast<size_t>(r * groups + g)] = s;
+        const float tdiv = e4m3_decode(s) / gs_enc;
+        for (int j = 0; j < kGroupSize; j += 2) {
+          const uint8_t lo = e2m1_encode(clamp_abs(x[j] / tdiv, kE2M1Max));
+          const uint8_t hi = e2m1_encode(clamp_abs(x[j + 1] / tdiv, kE2M1Max));
+          codes[(g * kGroupSize + j) / 2] = pack_e2m1x2(lo, hi);
+        }
+      }
+    }
+  });
+  return q;
+}
+
+Nvfp4Matrix modelopt_quantize(const float* w, int64_t rows, int64_t cols) {
+  check_cols(cols, "modelopt_quantize");
+  const float amax = abs_max(w, rows * cols);
+  const float dec = amax > 0.0f ? amax / kFp4TimesFp8Max : 1.0f;
+  Nvfp4Matrix q;
+  q.resize(rows, cols);
+  q.global = GlobalScale::from_dec(dec);
+  const int64_t groups = cols / kGroupSize;
+  const float six_dec = 6.0f * dec;
+  parallel_for(static_cast<size_t>(rows), 16, [&](size_t r0, size_t r1) {
+    for (int64_t r = static_cast<int64_t>(r0); r < static_cast<int64_t>(r1); ++r) {
+      const float* row = w + r * cols;
+      uint8_t* codes = q.codes.data() + r * (cols / 2);
+      for (int64_t g = 0; g < groups; ++g) {
+        const float* x = row + g * kGroupSize;
+        float s_f = abs_max(x, kGroupSize) / six_dec;
+        if (s_f == 0.0f) s_f = 1.0f;  // ModelOpt: zero blocks get scale 1.0
+        const uint8_t s = e4m3_encode(clamp_abs(s_f, kE4M3Max));
+        q.scales[static_cast<size_t>(r * groups + g)] = s;
+        const float tdiv = e4m3_decode(s) * dec;
+        for (int j = 0; j < kGroupSize; j += 2) {
+          const uint8_t lo = e2m1_encode(clamp_abs(x[j] / tdiv, kE2M1Max));
+          const uint8_t hi = e2m1_encode(clamp_abs(x[j + 1] / tdiv, kE2M1Max));
+          codes[(g * kGroupSize + j) / 2] = pack_e2m1x2(lo, hi);
+        }
+      }
+    }
+  });
+  return q;
+}
+
+void quantize_activations(const float* x, int64_t m, int64_t k, float gs_enc, uint8_t* codes,
+                          uint8_t* scales) {
+  check_cols(k, "quantize_activations");
+  const int64_t groups = k / kGroupSize;
+  const float gs_dec = 1.0f / gs_enc;
+  for (int64_t r = 0; r < m; ++r) {
+    const float* row = x + r * k;
+    uint8_t* crow = codes + r * (k / 2);
+    for (int64_t g = 0; g < groups; ++g) {
+      const float* v = row + g * kGroupSize;
+      const float vmax = abs_max(v, kGroupSize);
+      const float prod = gs_enc * (vmax * kOneSixth);
+      const uint8_t s8 = e4m3_encode(clamp_abs(prod, kE4M3Max));
+      scales[r * groups + g] = s8;
+      const float s8f = e4m3_decode(s8);
+      const float os = s8f == 0.0f ? 0.0f : 1.0f / (s8f * gs_dec);
+      for (int j = 0; j < kGroupSize; j += 2) {
+        const uint8_t lo = e2m1_encode(clamp_abs(v[j] * os, kE2M1Max));
+        const uint8_t hi = e2m1_encode(clamp_abs(v[j + 1] * os, kE2M1Max));
+        crow[(g * kGroupSize + j) / 2] = pack_e2m1x2(lo, hi);
+      }
+    }
+  }
+}
+
+void dequantize(const Nvfp4Matrix& m, float* out) {
+  const int64_t groups = m.cols / kGroupSize;
+  for (int64_t r = 0; r < m.rows; ++r)
+    for (int64_t c = 0; c < m.cols; ++c) {
+      const float s = e4m3_decode(m.scales[static_cast<size_t>(r * groups + c / kGroupSize)]);
+      const float v = e2m1_decode(get_e2m1(m.codes.data() + r * (m.cols / 2), c)) * s;  // exact
+      out[r * m.cols + c] = v * m.global.dec;
+    }
+}
+
+void dequantize_to(const Nvfp4Matrix& m, DType t, float* out) {
+  dequantize(m, out);
+  const int64_t n = m.rows * m.cols;
+  for (int64_t i = 0; i < n; ++i) out[i] = round_to(t, out[i]);
+}
+
+}  // namespace nvfp4
