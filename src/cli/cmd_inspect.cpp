@@ -1,0 +1,191 @@
+// nvfp4 inspect PATH [--json]
+// What a checkpoint holds: format, scheme per layer, counts and sizes, ignored modules, and the problems
+// found (NaN block scales, +inf global scales, shape mismatches) as warnings. Exit 0 when the checkpoint
+// could be read (problems included), 1 when it could not.
+//
+// Structure: build_layer_rows() makes one LayerRow per linear module; the text table and the JSON are
+// printed from the rows generically, so a new per-layer field is added in one place (LayerRow::extra).
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cli/verbs.h"
+#include "common/error.h"
+#include "io/checkpoint.h"
+
+namespace nvfp4::cli {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+// One row of the per-layer table.
+struct LayerRow {
+  std::string name;          // module name
+  std::string scheme;        // "nvfp4", "nvfp4a16", "none"
+  int64_t out_features = 0;  // N
+  int64_t in_features = 0;   // K
+  std::string weight_dtype;  // "U8" (packed NVFP4) or the float dtype
+  bool bias = false;
+  bool ignored = false;      // matched by the config's ignore list
+  uint64_t bytes = 0;        // bytes of all the module's tensors
+  // Further columns, in order: (header / JSON key, value). Filled by build_layer_rows.
+  std::vector<std::pair<std::string, std::string>> extra;
+};
+
+uint64_t module_bytes(const io::Checkpoint& ck, const std::string& module) {
+  static const char* kParts[] = {".weight",       ".weight_packed", ".weight_scale", ".weight_global_scale",
+                                 ".weight_scale_2", ".input_global_scale", ".input_scale", ".bias"};
+  uint64_t b = 0;
+  for (const char* p : kParts)
+    if (const io::TensorView* v = ck.tensors().find(module + p)) b += v->nbytes;
+  return b;
+}
+
+// The per-layer rows of `inspect`. Add new per-layer fields here (as LayerRow::extra entries).
+std::vector<LayerRow> build_layer_rows(const io::Checkpoint& ck) {
+  std::vector<LayerRow> rows;
+  for (const io::LinearInfo& li : ck.linears()) {
+    LayerRow r;
+    r.name = li.name;
+    r.scheme = io::scheme_name(li.scheme);
+    r.out_features = li.out_features;
+    r.in_features = li.in_features;
+    r.weight_dtype = dtype_name(li.weight_dtype);
+    r.bias = li.has_bias;
+    r.ignored = ck.quant().ignored(li.name);
+    r.bytes = module_bytes(ck, li.name);
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+std::string human_bytes(uint64_t b) {
+  char s[32];
+  if (b >= (1ull << 30)) std::snprintf(s, sizeof s, "%.2f GiB", b / double(1ull << 30));
+  else if (b >= (1ull << 20)) std::snprintf(s, sizeof s, "%.2f MiB", b / double(1ull << 20));
+  else if (b >= (1ull << 10)) std::snprintf(s, sizeof s, "%.2f KiB", b / double(1ull << 10));
+  else std::snprintf(s, sizeof s, "%llu B", static_cast<unsigned long long>(b));
+  return s;
+}
+
+const char* scheme_words(io::QuantScheme s) {
+  switch (s) {
+    case io::QuantScheme::NVFP4: return "nvfp4 (W4A4: NVFP4 weights and activations)";
+    case io::QuantScheme::NVFP4A16: return "nvfp4a16 (W4A16: NVFP4 weights, 16-bit activations)";
+    default: return "none";
+  }
+}
+
+int run_inspect(int argc, char** argv) {
+  CLI::App app{"Show what a checkpoint holds: format, per-layer scheme, sizes, problems"};
+  std::string path;
+  bool as_json = false, verbose = false;
+  app.add_option("PATH", path, "model directory or .safetensors file")->required();
+  app.add_flag("--json", as_json, "machine-readable output");
+  app.add_flag("-v,--verbose", verbose, "debug messages");
+  if (int rc = parse(app, argc, argv); rc >= 0) return rc;
+
+  // Problems are listed in the output, so the reporter does not repeat them on stderr.
+  auto ck = io::Checkpoint::open(path, Reporter{});
+  const std::vector<LayerRow> rows = build_layer_rows(*ck);
+  const io::ModelConfig& cfg = ck->config();
+  std::map<std::string, size_t> per_scheme;
+  for (const auto& r : rows) per_scheme[r.scheme]++;
+  const uint64_t total_bytes = ck->tensors().total_bytes();
+
+  if (as_json) {
+    json j;
+    j["path"] = path;
+    j["format"] = io::format_name(ck->format());
+    j["scheme"] = io::scheme_name(ck->scheme());
+    j["architecture"] = cfg.architecture;
+    j["model_type"] = cfg.model_type;
+    j["dtype"] = dtype_name(cfg.dtype);
+    j["has_config"] = ck->has_config();
+    j["files"] = ck->tensors().files().size();
+    j["tensors"] = ck->tensors().names().size();
+    j["tensor_bytes"] = total_bytes;
+    j["ignore"] = ck->quant().ignore;
+    j["targets"] = ck->quant().targets;
+    json counts = json::object();
+    for (const auto& kv : per_scheme) counts[kv.first] = kv.second;
+    j["linear_counts"] = counts;
+    json layers = json::array();
+    for (const auto& r : rows) {
+      json l;
+      l["name"] = r.name;
+      l["scheme"] = r.scheme;
+      l["out_features"] = r.out_features;
+      l["in_features"] = r.in_features;
+      l["weight_dtype"] = r.weight_dtype;
+      l["bias"] = r.bias;
+      l["ignored"] = r.ignored;
+      l["bytes"] = r.bytes;
+      for (const auto& e : r.extra) l[e.first] = e.second;
+      layers.push_back(l);
+    }
+    j["layers"] = layers;
+    json probs = json::array();
+    for (const auto& p : ck->problems()) probs.push_back({{"tensor", p.tensor}, {"message", p.message}});
+    j["problems"] = probs;
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+
+  std::printf("path:          %s\n", path.c_str());
+  std::printf("format:        %s%s\n", io::format_name(ck->format()),
+              ck->format() == io::CheckpointFormat::CompressedTensors ? " (nvfp4-pack-quantized)" : "");
+  std::printf("scheme:        %s\n", scheme_words(ck->scheme()));
+  std::printf("model:         %s%s%s, dtype %s", cfg.architecture.empty() ? "?" : cfg.architecture.c_str(),
+              cfg.model_type.empty() ? "" : " / ", cfg.model_type.c_str(), dtype_name(cfg.dtype));
+  if (cfg.hidden_size) std::printf(", hidden %lld", static_cast<long long>(cfg.hidden_size));
+  if (cfg.num_hidden_layers) std::printf(", %lld layers", static_cast<long long>(cfg.num_hidden_layers));
+  std::printf("%s\n", ck->has_config() ? "" : " (no config.json)");
+  std::printf("tensors:       %zu in %zu file%s, %s\n", ck->tensors().names().size(), ck->tensors().files().size(),
+              ck->tensors().files().size() == 1 ? "" : "s", human_bytes(total_bytes).c_str());
+  std::printf("linear:        %zu modules (", rows.size());
+  bool first = true;
+  for (const auto& kv : per_scheme) {
+    std::printf("%s%s %zu", first ? "" : ", ", kv.first.c_str(), kv.second);
+    first = false;
+  }
+  std::printf(")\n");
+  std::printf("ignore:        ");
+  for (size_t i = 0; i < ck->quant().ignore.size(); ++i)
+    std::printf("%s%s", i ? ", " : "", ck->quant().ignore[i].c_str());
+  std::printf("%s\n", ck->quant().ignore.empty() ? "(none)" : "");
+
+  // Table: fixed columns, then the extra ones.
+  size_t wname = 6;
+  for (const auto& r : rows) wname = std::max(wname, r.name.size());
+  std::vector<std::string> extra_hdr;
+  if (!rows.empty())
+    for (const auto& e : rows[0].extra) extra_hdr.push_back(e.first);
+  std::printf("\n%-*s  %-8s  %7s  %7s  %-7s  %-4s  %10s", static_cast<int>(wname), "module", "scheme", "N", "K",
+              "weight", "bias", "bytes");
+  for (const auto& h : extra_hdr) std::printf("  %s", h.c_str());
+  std::printf("\n");
+  for (const auto& r : rows) {
+    std::printf("%-*s  %-8s  %7lld  %7lld  %-7s  %-4s  %10llu", static_cast<int>(wname), r.name.c_str(),
+                r.scheme.c_str(), static_cast<long long>(r.out_features), static_cast<long long>(r.in_features),
+                r.weight_dtype.c_str(), r.bias ? "yes" : "no", static_cast<unsigned long long>(r.bytes));
+    for (const auto& e : r.extra) std::printf("  %s", e.second.c_str());
+    std::printf("\n");
+  }
+  if (!ck->problems().empty()) {
+    std::printf("\nproblems (%zu):\n", ck->problems().size());
+    for (const auto& p : ck->problems()) std::printf("  warning: %s\n", p.message.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+NVFP4_REGISTER_VERB("inspect", "show a checkpoint's format, per-layer scheme, sizes and problems", run_inspect);
+
+}  // namespace nvfp4::cli
