@@ -125,64 +125,12 @@ Overrides merge_overrides(const Overrides& flags, const Overrides& env) {
   return o;
 }
 
-// ---- capability checks (pure) ------------------------------------------------------------------------
+// ---- capability checks (pure; the rules live in backends/cuda/device/capability.h) --------------------
 namespace {
 
-// Does this binary carry code that runs on `dev`? The run-time probe decides when it ran; otherwise (table
-// tests) the build's architecture list.
-bool binary_runs_on(const DeviceInfo& dev, const BuildInfo& build) {
-  if (!build.cuda) return false;
-  if (dev.image_sm >= 0) return dev.image_sm > 0;
-  return archs_run_on(build.cuda_archs, dev.cc());
-}
-
-// Why native FP4 is not possible: a short form for the fallback warning ("sm_90 < sm_100") and a full
-// sentence for errors. Empty when it is possible.
-struct Why {
-  std::string brief, full;
-};
-
-Why native_fp4_why(const DeviceInfo& dev, const BuildInfo& build) {
-  if (!dev.is_gpu) {
-    const std::string n = dev.note.empty() ? "no CUDA device" : dev.note;
-    return {n, "cublaslt needs a CUDA device of compute capability >= 10.0; running on the CPU (" + n + ")"};
-  }
-  if (dev.cc() < kMinNativeFp4CC)
-    return {dev.sm_name() + " < sm_100", "cublaslt needs compute capability >= 10.0; this device is " + dev.describe()};
-  if (!build.cuda)
-    return {"built without CUDA", "cublaslt needs a CUDA build; this binary was built without CUDA"};
-  if (build.cudart_version < kMinNativeFp4Cudart)
-    return {"CUDA runtime " + cudart_version_string(build.cudart_version) + " < 12.8",
-            "cublaslt needs CUDA runtime >= 12.8; this process runs with " +
-                cudart_version_string(build.cudart_version)};
-  if (build.cublaslt_version < kMinNativeFp4Cublaslt)
-    return {"cuBLASLt " + cublaslt_version_string(build.cublaslt_version) + " < 12.8",
-            "cublaslt needs cuBLASLt >= 12.8 (FP4 block-scaled GEMM); this process loaded cuBLASLt " +
-                cublaslt_version_string(build.cublaslt_version)};
-  if (!binary_runs_on(dev, build))
-    return {"this binary has no " + dev.sm_name() + " code",
-            "cublaslt needs this binary to carry code for " + dev.sm_name() + " (its activation quantizer runs "
-            "there); it was built for " + build.archs_string() + " (rebuild with -DNVFP4_CUDA_ARCHS including " +
-                std::to_string(dev.cc()) + "a)"};
-  return {};
-}
-
-Why cuda_kernels_why(const DeviceInfo& dev, const BuildInfo& build) {
-  if (!dev.is_gpu) {
-    const std::string n = dev.note.empty() ? "no CUDA device" : dev.note;
-    return {n, "the cuda executor needs a CUDA device; running on the CPU (" + n + ")"};
-  }
-  if (!build.cuda)
-    return {"built without CUDA", "the cuda executor needs a CUDA build; this binary was built without CUDA"};
-  if (dev.cc() < kMinCudaKernelsCC)
-    return {dev.sm_name() + " < sm_80", "the cuda executor's kernels need compute capability >= 8.0; this device is " +
-                                            dev.describe()};
-  if (!binary_runs_on(dev, build))
-    return {"this binary has no " + dev.sm_name() + " code",
-            "the cuda executor needs this binary to carry code for " + dev.sm_name() + "; it was built for " +
-                build.archs_string()};
-  return {};
-}
+using Why = Capability;
+Why native_fp4_why(const DeviceInfo& dev, const BuildInfo& build) { return native_fp4_capability(dev, build); }
+Why cuda_kernels_why(const DeviceInfo& dev, const BuildInfo& build) { return cuda_kernels_capability(dev, build); }
 
 const char* kHowToW4A4 = "Set NVFP4_USE_EMULATION=1 (or --emulation) for W4A4 numerics.";
 
@@ -194,15 +142,15 @@ std::string fallback_warning(const std::string& where, const std::string& why) {
 }  // namespace
 
 bool native_fp4_possible(const DeviceInfo& dev, const BuildInfo& build, std::string* why) {
-  const Why w = native_fp4_why(dev, build);
-  if (why) *why = w.full;
-  return w.full.empty();
+  const Capability c = native_fp4_capability(dev, build);
+  if (why) *why = c.full;
+  return c.ok;
 }
 
 bool cuda_kernels_possible(const DeviceInfo& dev, const BuildInfo& build, std::string* why) {
-  const Why w = cuda_kernels_why(dev, build);
-  if (why) *why = w.full;
-  return w.full.empty();
+  const Capability c = cuda_kernels_capability(dev, build);
+  if (why) *why = c.full;
+  return c.ok;
 }
 
 // ---- the rules --------------------------------------------------------------------------------------
@@ -219,8 +167,8 @@ Selection select_linear(const DeviceInfo& dev_in, const BuildInfo& build, LayerS
   }
   const Why native = native_fp4_why(dev, build);
   const Why kern = cuda_kernels_why(dev, build);
-  const bool native_ok = native.full.empty();
-  const bool kern_ok = kern.full.empty();
+  const bool native_ok = native.ok;
+  const bool kern_ok = kern.ok;
 
   Selection sel;
   std::vector<std::string> reasons;

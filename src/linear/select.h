@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "backends/cuda/device/capability.h"
 #include "backends/cuda/device/device_info.h"
 #include "common/log.h"
 #include "format/quant.h"
@@ -75,13 +76,8 @@ struct Selection {
   std::string str() const;  // "w4a16 on cuda:0 (reason)"
 };
 
-// Minimum compute capability of this project's CUDA kernels (backends/cuda: mma.sync bf16, cp.async).
-constexpr int kMinCudaKernelsCC = 80;
-// Native FP4 (SPEC §6 rule 3): device >= 10.0, CUDA runtime and cuBLASLt >= 12.8.
-constexpr int kMinNativeFp4CC = 100;
-constexpr int kMinNativeFp4Cudart = 12080;      // cudaRuntimeGetVersion encoding
-constexpr int64_t kMinNativeFp4Cublaslt = 120800; // cublasLtGetVersion encoding
-
+// The thresholds (kMinNativeFp4CC, kMinCudaKernelsCC, ...) and the rules themselves are in
+// backends/cuda/device/capability.h.
 // Whether native FP4 (cuBLASLt block-scaled E2M1 GEMM) can run on `dev` with `build`; *why says why not
 // (e.g. "sm_90 < sm_100"). Pure.
 bool native_fp4_possible(const DeviceInfo& dev, const BuildInfo& build, std::string* why);
