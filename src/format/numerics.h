@@ -21,6 +21,10 @@ inline float e2m1_decode(uint8_t code) {
 // Clamp to [-6, 6], round to nearest on the grid with ties to the even code; the sign is kept (a negative
 // value that rounds to zero gives 0x8). NaN encodes as 0 (callers validate before quantizing).
 uint8_t e2m1_encode(float y);
+// The checkpoint writers' cast: the same except that an exact zero of either sign gives +0 (code 0x0).
+// compressed-tensors computes torch.sign(y) · round(|y|) and torch.sign(-0.0) is 0 (pinned by the golden
+// files); ModelOpt takes the sign bit from (y < 0), which is false for -0.0.
+inline uint8_t e2m1_encode_unsigned_zero(float y) { return y == 0.0f ? 0 : e2m1_encode(y); }
 
 // ---- E4M3 (e4m3fn) ----------------------------------------------------------------------------------
 constexpr float kE4M3Max = 448.0f;

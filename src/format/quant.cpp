@@ -59,9 +59,13 @@ float abs_max(const float* w, int64_t n) {
 }
 
 float ct_global_enc(float amax, DType t) {
-  // compressed-tensors: 448 · 6 / amax evaluated in the model dtype, then widened to f32.
-  if (!(amax > 0.0f)) return 1.0f;
-  const float gs = round_to(t, kFp4TimesFp8Max / amax);
+  // compressed-tensors evaluates 448 · 6 / amax on a tensor of the model dtype T, with amax first clamped to
+  // T's smallest normal. torch computes scalar / tensor as tensor.reciprocal() * scalar, each step rounded to
+  // T: gs = T(T(1/amax) · 2688). A result that is not finite (amax == 0, fp16 overflow) becomes 1.0.
+  const float tiny = t == DType::F16 ? 6.103515625e-05f : 1.17549435e-38f;  // 2^-14 or 2^-126
+  if (std::isnan(amax)) return 1.0f;
+  const float a = std::max(amax, tiny);
+  const float gs = round_to(t, round_to(t, 1.0f / a) * kFp4TimesFp8Max);
   if (!std::isfinite(gs)) return 1.0f;
   return gs;
 }
@@ -85,8 +89,8 @@ Nvfp4Matrix ct_quantize(const float* w, int64_t rows, int64_t cols, DType t, flo
         q.scales[static_cast<size_t>(r * groups + g)] = s;
         const float tdiv = e4m3_decode(s) / gs_enc;
         for (int j = 0; j < kGroupSize; j += 2) {
-          const uint8_t lo = e2m1_encode(clamp_abs(x[j] / tdiv, kE2M1Max));
-          const uint8_t hi = e2m1_encode(clamp_abs(x[j + 1] / tdiv, kE2M1Max));
+          const uint8_t lo = e2m1_encode_unsigned_zero(clamp_abs(x[j] / tdiv, kE2M1Max));
+          const uint8_t hi = e2m1_encode_unsigned_zero(clamp_abs(x[j + 1] / tdiv, kE2M1Max));
           codes[(g * kGroupSize + j) / 2] = pack_e2m1x2(lo, hi);
         }
       }
@@ -116,8 +120,8 @@ Nvfp4Matrix modelopt_quantize(const float* w, int64_t rows, int64_t cols) {
         q.scales[static_cast<size_t>(r * groups + g)] = s;
         const float tdiv = e4m3_decode(s) * dec;
         for (int j = 0; j < kGroupSize; j += 2) {
-          const uint8_t lo = e2m1_encode(clamp_abs(x[j] / tdiv, kE2M1Max));
-          const uint8_t hi = e2m1_encode(clamp_abs(x[j + 1] / tdiv, kE2M1Max));
+          const uint8_t lo = e2m1_encode_unsigned_zero(clamp_abs(x[j] / tdiv, kE2M1Max));
+          const uint8_t hi = e2m1_encode_unsigned_zero(clamp_abs(x[j + 1] / tdiv, kE2M1Max));
           codes[(g * kGroupSize + j) / 2] = pack_e2m1x2(lo, hi);
         }
       }

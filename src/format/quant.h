@@ -54,7 +54,8 @@ struct LinearWeights {
 // ---- compressed-tensors weight writer (SPEC §3), bit-exact with compressed-tensors -------------------
 // max |w| over n values (exact).
 float abs_max(const float* w, int64_t n);
-// gs = f32(T(2688 / amax)); amax == 0 or a T overflow gives 1.0. `t` is the model dtype.
+// gs = T(T(1/max(amax, tiny_T)) · 2688) as compressed-tensors computes it (torch evaluates 2688 / tensor as
+// reciprocal-then-multiply, each rounded to T); a non-finite result (amax == 0, fp16 overflow) gives 1.0.
 float ct_global_enc(float amax, DType t);
 // Quantizes w (rows, cols), whose values must be exactly representable in t, with divisor-form global scale
 // gs_enc. cols % 16 == 0 (checked, throws nvfp4::Error). Output global = from_enc(gs_enc).

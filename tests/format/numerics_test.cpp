@@ -70,6 +70,9 @@ TEST(E2M1, SignedZeroAndSaturation) {
   EXPECT_EQ(e2m1_encode(0.0f), 0x0);
   EXPECT_EQ(e2m1_encode(-0.0f), 0x8);
   EXPECT_EQ(e2m1_encode(-0.1f), 0x8);  // a negative value that rounds to zero keeps its sign
+  EXPECT_EQ(e2m1_encode_unsigned_zero(-0.0f), 0x0);  // compressed-tensors: torch.sign(-0.0) == 0
+  EXPECT_EQ(e2m1_encode_unsigned_zero(-0.1f), 0x8);
+  EXPECT_EQ(e2m1_encode_unsigned_zero(-2.6f), e2m1_encode(-2.6f));
   EXPECT_EQ(e2m1_encode(1e30f), 0x7);
   EXPECT_EQ(e2m1_encode(-1e30f), 0xF);
   EXPECT_EQ(e2m1_encode(std::numeric_limits<float>::infinity()), 0x7);

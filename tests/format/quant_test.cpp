@@ -1,5 +1,5 @@
 // Quantization recipes (SPEC §3, §4): properties that hold for any input. Bit-exactness against
-// compressed-tensors and vLLM is pinned by the golden-file tests (tests/io/golden_test.cpp).
+// compressed-tensors and vLLM is pinned by the golden-file tests (tests/golden/golden_test.cpp).
 #include <gtest/gtest.h>
 
 #include <cmath>
