@@ -1,0 +1,357 @@
+// Model quantization and format conversion (io/quantize.h): what is written, fused global scales, the
+// quantization error bound, byte-for-byte CT <-> ModelOpt conversion, and the no-partial-output rules.
+#include "io/quantize.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "io_test_util.h"
+
+namespace nvfp4::io {
+namespace {
+
+using testing::read_bytes;
+using testing::TmpDir;
+using testing::write_text;
+using json = nlohmann::json;
+
+constexpr int64_t H = 64, I = 96, V = 50;
+
+struct Tiny {
+  std::map<std::string, std::vector<float>> w;  // linear weights (bf16 values)
+  std::map<std::string, std::pair<int64_t, int64_t>> shape;
+};
+
+const char* kLinears[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                          "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
+
+// A 2-layer Llama-like bf16 model; sharded into two files when `sharded`.
+Tiny write_tiny(const std::string& dir, bool sharded = false) {
+  Tiny t;
+  SafetensorsWriter a, b;
+  uint32_t seed = 10;
+  for (int l = 0; l < 2; ++l) {
+    SafetensorsWriter& wr = (sharded && l == 1) ? b : a;
+    for (const char* n : kLinears) {
+      const std::string name = "model.layers." + std::to_string(l) + "." + n;
+      const std::string s(n);
+      const int64_t rows = s == "mlp.down_proj" ? H : (s == "mlp.gate_proj" || s == "mlp.up_proj") ? I
+                           : (s == "self_attn.k_proj" || s == "self_attn.v_proj") ? 32 : H;
+      const int64_t cols = s == "mlp.down_proj" ? I : H;
+      // Different spreads so that the fused sets' largest amax is not always the first member.
+      t.w[name] = testing::bf16_weights(rows, cols, seed++, 0.02f * static_cast<float>(1 + seed % 3));
+      t.shape[name] = {rows, cols};
+      wr.add_f32(name + ".weight", DType::BF16, {rows, cols}, t.w[name].data());
+    }
+    std::vector<float> ones(H, 1.0f);
+    wr.add_f32("model.layers." + std::to_string(l) + ".input_layernorm.weight", DType::BF16, {H}, ones.data());
+  }
+  std::vector<float> emb = testing::bf16_weights(V, H, 99, 1.0f), bias(H, 0.25f);
+  a.add_f32("model.embed_tokens.weight", DType::BF16, {V, H}, emb.data());
+  a.add_f32("lm_head.weight", DType::BF16, {V, H}, emb.data());
+  a.add_f32("model.layers.0.self_attn.o_proj.bias", DType::BF16, {H}, bias.data());
+  if (sharded) {
+    a.write(dir + "/model-00001-of-00002.safetensors");
+    b.write(dir + "/model-00002-of-00002.safetensors");
+    json idx;
+    // The index lists what the files just written hold.
+    idx["metadata"] = {{"total_size", 0}};
+    for (const char* shard : {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}) {
+      auto f = SafetensorsFile::open(dir + "/" + shard);
+      for (const auto& v : f->tensors()) idx["weight_map"][v.name] = shard;
+    }
+    write_text(dir + "/model.safetensors.index.json", idx.dump());
+  } else {
+    a.write(dir + "/model.safetensors");
+  }
+  write_text(dir + "/config.json",
+             R"({"architectures":["LlamaForCausalLM"],"model_type":"llama","torch_dtype":"bfloat16","hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2})");
+  write_text(dir + "/tokenizer.json", R"({"model":{"type":"BPE"}})");
+  return t;
+}
+
+std::map<std::string, float> calib_for(const Tiny& t) {
+  std::map<std::string, float> c;
+  float a = 1.0f;
+  for (const auto& kv : t.w) c[kv.first] = (a += 0.75f);
+  return c;
+}
+
+// Per element, |x - x̂| <= t·h(|x|/t) + max(0, |x| - 6t) + 2^-20·|x|, where t = S·D is the group's decoded
+// scale and h the half-spacing of the E2M1 grid around |x|/t (0.25 up to 2, 0.5 up to 4, 1 up to 6): round-
+// to-nearest on the grid is off by at most half a step, values past 6t are clamped, and the f32 steps
+// (x/t, S·D) add a relative error far below 2^-20. Separately, 6t >= amax_g·(1 - 2^-4)(1 - 2^-8): the block
+// scale is amax_g/6 rounded to bf16 (relative error <= 2^-9) and then to E4M3 (<= 2^-4, normal range), so the
+// clamp removes at most ~6.3% of a group's largest value.
+void expect_within_quant_bound(const std::vector<float>& x, const Nvfp4Matrix& q, const std::string& what) {
+  std::vector<float> xh(x.size());
+  dequantize(q, xh.data());
+  const int64_t groups = q.cols / kGroupSize;
+  double worst = 0;
+  for (int64_t r = 0; r < q.rows; ++r)
+    for (int64_t g = 0; g < groups; ++g) {
+      const float s = e4m3_decode(q.scales[r * groups + g]);
+      const double t = static_cast<double>(s) * q.global.dec;
+      double amax_g = 0;
+      for (int j = 0; j < kGroupSize; ++j) amax_g = std::max(amax_g, std::fabs(double(x[r * q.cols + g * 16 + j])));
+      if (amax_g > 0 && s >= 0.015625f) ASSERT_GE(6 * t, amax_g * (1 - 1.0 / 16) * (1 - 1.0 / 256)) << what;
+      for (int j = 0; j < kGroupSize; ++j) {
+        const size_t i = static_cast<size_t>(r * q.cols + g * 16 + j);
+        const double ax = std::fabs(double(x[i]));
+        const double y = ax / t;
+        const double h = y <= 2 ? 0.25 : y <= 4 ? 0.5 : 1.0;
+        const double bound = t * h + std::max(0.0, ax - 6 * t) + ax * std::ldexp(1.0, -20);
+        const double err = std::fabs(double(x[i]) - double(xh[i]));
+        ASSERT_LE(err, bound) << what << " element " << i << " x=" << x[i] << " x̂=" << xh[i];
+        worst = std::max(worst, err / (amax_g > 0 ? amax_g : 1));
+      }
+    }
+  EXPECT_GT(worst, 0.0) << what << ": quantization changed nothing (trivial test)";
+}
+
+TEST(Quantize, CompressedTensorsW4A16) {
+  TmpDir d;
+  std::filesystem::create_directory(d / "in");
+  const Tiny t = write_tiny(d / "in");
+  const auto before = read_bytes(d / "in/model.safetensors");
+  QuantizeOptions opt;
+  opt.scheme = QuantScheme::NVFP4A16;
+  size_t steps = 0;
+  Reporter rep;
+  rep.progress = [&](const ProgressEvent& e) {
+    ++steps;
+    EXPECT_LE(e.done, e.total);
+  };
+  const QuantizeSummary s = quantize_model(d / "in", d / "out", opt, rep);
+  EXPECT_EQ(s.quantized, 14u);
+  EXPECT_EQ(s.ignored, std::vector<std::string>{"lm_head"});
+  EXPECT_EQ(steps, SafetensorsModel::open(d / "in")->names().size());
+  EXPECT_EQ(read_bytes(d / "in/model.safetensors"), before) << "input modified";
+  EXPECT_EQ(d.entries(), (std::vector<std::string>{"in", "out"})) << "temporary folder left behind";
+  EXPECT_TRUE(std::filesystem::exists(d / "out/tokenizer.json"));
+
+  const json cfg = json::parse(testing::read_bytes(d / "out/config.json"));
+  const json& qc = cfg["quantization_config"];
+  EXPECT_EQ(qc["quant_method"], "compressed-tensors");
+  EXPECT_EQ(qc["format"], "nvfp4-pack-quantized");
+  EXPECT_EQ(qc["config_groups"]["group_0"]["targets"], json::array({"Linear"}));
+  EXPECT_EQ(qc["config_groups"]["group_0"]["weights"]["strategy"], "tensor_group");
+  EXPECT_TRUE(qc["config_groups"]["group_0"]["input_activations"].is_null());
+  EXPECT_EQ(qc["ignore"], json::array({"lm_head"}));
+  EXPECT_EQ(cfg["architectures"][0], "LlamaForCausalLM");  // the rest of config.json kept
+
+  auto ck = Checkpoint::open(d / "out");
+  EXPECT_EQ(ck->format(), CheckpointFormat::CompressedTensors);
+  EXPECT_EQ(ck->scheme(), QuantScheme::NVFP4A16);
+  EXPECT_TRUE(ck->problems().empty());
+  EXPECT_EQ(ck->find_linear("lm_head")->scheme, QuantScheme::None);
+  // Unquantized tensors copied byte for byte.
+  auto in = SafetensorsModel::open(d / "in");
+  for (const char* n : {"lm_head.weight", "model.embed_tokens.weight", "model.layers.0.self_attn.o_proj.bias",
+                        "model.layers.1.input_layernorm.weight"}) {
+    const TensorView& a = in->get(n);
+    const TensorView& b = ck->tensors().get(n);
+    EXPECT_EQ(a.dtype, b.dtype);
+    EXPECT_EQ(a.shape, b.shape);
+    EXPECT_EQ(std::vector<uint8_t>(a.data, a.data + a.nbytes), std::vector<uint8_t>(b.data, b.data + b.nbytes)) << n;
+  }
+  EXPECT_EQ(ck->tensors().find("model.layers.0.self_attn.q_proj.weight"), nullptr);
+
+  for (int l = 0; l < 2; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    auto amax = [&](const std::string& n) { return abs_max(t.w.at(p + n).data(), int64_t(t.w.at(p + n).size())); };
+    const float qkv = std::max({amax("self_attn.q_proj"), amax("self_attn.k_proj"), amax("self_attn.v_proj")});
+    const float gu = std::max(amax("mlp.gate_proj"), amax("mlp.up_proj"));
+    for (const char* n : kLinears) {
+      const std::string s(n), name = p + n;
+      const LinearWeights w = ck->load_linear(name);
+      const float set_amax = s.find("_proj") != std::string::npos && (s == "self_attn.q_proj" ||
+                             s == "self_attn.k_proj" || s == "self_attn.v_proj") ? qkv
+                             : (s == "mlp.gate_proj" || s == "mlp.up_proj") ? gu : amax(n);
+      const float gs = ct_global_enc(set_amax, DType::BF16);
+      EXPECT_EQ(w.weight.global.enc, gs) << name;
+      // The file holds exactly what format/quant.h's recipe produces for that global scale.
+      const Nvfp4Matrix ref = ct_quantize(t.w.at(name).data(), w.weight.rows, w.weight.cols, DType::BF16, gs);
+      EXPECT_EQ(w.weight.codes, ref.codes) << name;
+      EXPECT_EQ(w.weight.scales, ref.scales) << name;
+      expect_within_quant_bound(t.w.at(name), w.weight, name);
+      EXPECT_EQ(w.bias.empty(), name != "model.layers.0.self_attn.o_proj");
+    }
+  }
+}
+
+TEST(Quantize, W4A4NeedsCalibrationAndWritesInputScales) {
+  TmpDir d;
+  std::filesystem::create_directory(d / "in");
+  const Tiny t = write_tiny(d / "in");
+  QuantizeOptions opt;
+  opt.scheme = QuantScheme::NVFP4;
+  opt.calib_amax = calib_for(t);
+  const std::string missing = "model.layers.1.mlp.down_proj";
+  opt.calib_amax.erase(missing);
+  try {
+    quantize_model(d / "in", d / "out", opt);
+    ADD_FAILURE() << "quantized without calibration data";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(missing), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(d.entries(), std::vector<std::string>{"in"}) << "output left behind after a failure";
+
+  opt.calib_amax = calib_for(t);
+  quantize_model(d / "in", d / "out", opt);
+  auto ck = Checkpoint::open(d / "out");
+  EXPECT_EQ(ck->scheme(), QuantScheme::NVFP4);
+  const json cfg = json::parse(testing::read_bytes(d / "out/config.json"));
+  EXPECT_EQ(cfg["quantization_config"]["config_groups"]["group_0"]["input_activations"]["dynamic"], "local");
+  for (const auto& kv : opt.calib_amax) {
+    const LinearWeights w = ck->load_linear(kv.first);
+    ASSERT_TRUE(w.has_input_scale);
+    EXPECT_EQ(w.input_global.enc, ct_global_enc(kv.second, DType::BF16)) << kv.first;
+  }
+}
+
+TEST(Quantize, RefusesToOverwriteUnlessForced) {
+  TmpDir d;
+  std::filesystem::create_directory(d / "in");
+  write_tiny(d / "in");
+  std::filesystem::create_directory(d / "out");
+  write_text(d / "out/keep", "x");
+  QuantizeOptions opt;
+  opt.scheme = QuantScheme::NVFP4A16;
+  EXPECT_THROW(quantize_model(d / "in", d / "out", opt), UsageError);
+  EXPECT_TRUE(std::filesystem::exists(d / "out/keep"));
+  EXPECT_THROW(quantize_model(d / "in", d / "in/sub", opt), UsageError);  // inside the input
+  EXPECT_THROW(quantize_model(d / "in", d / "in", opt), UsageError);
+  opt.force = true;
+  quantize_model(d / "in", d / "out", opt);
+  EXPECT_FALSE(std::filesystem::exists(d / "out/keep"));
+  EXPECT_TRUE(std::filesystem::exists(d / "out/model.safetensors"));
+  EXPECT_EQ(d.entries(), (std::vector<std::string>{"in", "out"}));
+}
+
+TEST(Quantize, KNotMultipleOf16IsAnErrorUnlessIgnored) {
+  TmpDir d;
+  std::filesystem::create_directory(d / "in");
+  SafetensorsWriter wr;
+  std::vector<float> w = testing::bf16_weights(8, 24, 3), ok = testing::bf16_weights(8, 32, 4);
+  wr.add_f32("odd.weight", DType::BF16, {8, 24}, w.data());
+  wr.add_f32("fine.weight", DType::BF16, {8, 32}, ok.data());
+  wr.write(d / "in/model.safetensors");
+  write_text(d / "in/config.json", R"({"torch_dtype":"bfloat16"})");
+  QuantizeOptions opt;
+  opt.scheme = QuantScheme::NVFP4A16;
+  try {
+    quantize_model(d / "in", d / "out", opt);
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("odd.weight"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("K = 24"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(d.entries(), std::vector<std::string>{"in"});
+  opt.ignore.push_back("re:od");
+  const auto s = quantize_model(d / "in", d / "out", opt);
+  EXPECT_EQ(s.quantized, 1u);
+}
+
+TEST(Quantize, NonFiniteWeightIsAnError) {
+  TmpDir d;
+  std::filesystem::create_directory(d / "in");
+  SafetensorsWriter wr;
+  std::vector<float> w = testing::bf16_weights(8, 32, 3);
+  w[77] = NAN;
+  wr.add_f32("bad.weight", DType::BF16, {8, 32}, w.data());
+  wr.write(d / "in/model.safetensors");
+  write_text(d / "in/config.json", R"({"torch_dtype":"bfloat16"})");
+  QuantizeOptions opt;
+  opt.scheme = QuantScheme::NVFP4A16;
+  try {
+    quantize_model(d / "in", d / "out", opt);
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("bad.weight"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("element 77"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(d.entries(), std::vector<std::string>{"in"});
+}
+
+TEST(Quantize, ShardedInputGivesShardedOutput) {
+  TmpDir d;
+  std::filesystem::create_directory(d / "in");
+  write_tiny(d / "in", /*sharded=*/true);
+  QuantizeOptions opt;
+  opt.scheme = QuantScheme::NVFP4A16;
+  quantize_model(d / "in", d / "out", opt);
+  auto ck = Checkpoint::open(d / "out");
+  EXPECT_TRUE(ck->tensors().sharded());
+  EXPECT_EQ(ck->tensors().files().size(), 2u);
+  EXPECT_EQ(ck->find_linear("model.layers.1.mlp.up_proj")->scheme, QuantScheme::NVFP4A16);
+  EXPECT_NE(ck->tensors().get("model.layers.1.mlp.up_proj.weight_packed").file->find("00002-of-00002"),
+            std::string::npos);
+}
+
+TEST(Convert, CompressedTensorsToModelOptIsByteForByte) {
+  TmpDir d;
+  std::filesystem::create_directory(d / "in");
+  const Tiny t = write_tiny(d / "in");
+  QuantizeOptions opt;
+  opt.scheme = QuantScheme::NVFP4;
+  opt.calib_amax = calib_for(t);
+  quantize_model(d / "in", d / "ct", opt);
+  QuantizeOptions conv;
+  conv.format = CheckpointFormat::ModelOpt;
+  quantize_model(d / "ct", d / "mo", conv);
+  auto ct = Checkpoint::open(d / "ct");
+  auto mo = Checkpoint::open(d / "mo");
+  EXPECT_EQ(mo->format(), CheckpointFormat::ModelOpt);
+  EXPECT_EQ(mo->scheme(), QuantScheme::NVFP4);
+  EXPECT_TRUE(std::filesystem::exists(d / "mo/hf_quant_config.json"));
+  EXPECT_EQ(mo->linears().size(), ct->linears().size());
+  for (const auto& kv : t.w) {
+    const std::string& m = kv.first;
+    const TensorView& a = ct->tensors().get(m + ".weight_packed");
+    const TensorView& b = mo->tensors().get(m + ".weight");
+    EXPECT_EQ(std::vector<uint8_t>(a.data, a.data + a.nbytes), std::vector<uint8_t>(b.data, b.data + b.nbytes)) << m;
+    const TensorView& sa = ct->tensors().get(m + ".weight_scale");
+    const TensorView& sb = mo->tensors().get(m + ".weight_scale");
+    EXPECT_EQ(std::vector<uint8_t>(sa.data, sa.data + sa.nbytes), std::vector<uint8_t>(sb.data, sb.data + sb.nbytes));
+    // The scalars change direction once: f32(1/x).
+    const float gs = ct->load_f32(m + ".weight_global_scale")[0];
+    EXPECT_EQ(mo->load_f32(m + ".weight_scale_2")[0], 1.0f / gs);
+    EXPECT_EQ(mo->tensors().get(m + ".weight_scale_2").shape, std::vector<int64_t>{});
+    EXPECT_EQ(mo->load_f32(m + ".input_scale")[0], 1.0f / ct->load_f32(m + ".input_global_scale")[0]);
+  }
+  // The unquantized lm_head stays excluded.
+  const json hq = json::parse(testing::read_bytes(d / "mo/hf_quant_config.json"));
+  EXPECT_EQ(hq["quantization"]["exclude_modules"], json::array({"lm_head"}));
+  // Converting to the same format, or changing the scheme, is refused.
+  EXPECT_THROW(quantize_model(d / "mo", d / "mo2", conv), UsageError);
+  QuantizeOptions to_ct;
+  to_ct.scheme = QuantScheme::NVFP4A16;
+  EXPECT_THROW(quantize_model(d / "mo", d / "ct2", to_ct), UsageError);
+  to_ct.scheme = QuantScheme::None;
+  quantize_model(d / "mo", d / "ct2", to_ct);
+  auto back = Checkpoint::open(d / "ct2");
+  const LinearWeights w0 = ct->load_linear("model.layers.0.mlp.up_proj");
+  const LinearWeights w1 = back->load_linear("model.layers.0.mlp.up_proj");
+  EXPECT_EQ(w0.weight.codes, w1.weight.codes);
+  EXPECT_EQ(w0.weight.scales, w1.weight.scales);
+  EXPECT_EQ(w1.weight.global.enc, 1.0f / (1.0f / w0.weight.global.enc));
+}
+
+TEST(Quantize, ModelOptW4A16IsRefused) {
+  TmpDir d;
+  std::filesystem::create_directory(d / "in");
+  write_tiny(d / "in");
+  QuantizeOptions opt;
+  opt.scheme = QuantScheme::NVFP4A16;
+  opt.format = CheckpointFormat::ModelOpt;
+  EXPECT_THROW(quantize_model(d / "in", d / "out", opt), UsageError);
+  EXPECT_EQ(d.entries(), std::vector<std::string>{"in"});
+}
+
+}  // namespace
+}  // namespace nvfp4::io
