@@ -1,0 +1,80 @@
+// nvfp4 eval -m DIR -f FILE [--semantics ...]: perplexity of a model over a text file.
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+
+#include "cli/dispatch_flags.h"
+#include "cli/verbs.h"
+#include "common/error.h"
+#include "common/parallel.h"
+#include "io/checkpoint.h"
+#include "model/llama.h"
+#include "model/text_session.h"
+
+namespace {
+
+int run_eval(int argc, char** argv) {
+  CLI::App app{"Perplexity of a model directory over a text file (consecutive windows, each from an empty cache)"};
+  std::string dir, file, sem;
+  int64_t window = 512, max_tokens = 0;
+  bool verbose = false, json = false;
+  int threads = 0;
+  nvfp4::cli::DispatchFlags df;
+  app.add_option("-m,--model", dir, "model directory")->required();
+  app.add_option("-f,--file", file, "text file (UTF-8)")->required();
+  app.add_option("--semantics", sem, "semantics of the quantized linears: w4a16, w4a4 or w4a4-vllm (default: dispatch)");
+  app.add_option("--ctx", window, "window size in tokens (default 512)")->check(CLI::Range(int64_t(2), int64_t(1) << 20));
+  app.add_option("--max-tokens", max_tokens, "score only the first N tokens of the file (0 = all)")->check(CLI::Range(int64_t(0), int64_t(1) << 40));
+  app.add_option("-t,--threads", threads, "CPU threads")->check(CLI::Range(0, 4096));
+  app.add_flag("--json", json, "print one JSON object instead of text");
+  app.add_flag("-v,--verbose", verbose, "debug logging");
+  nvfp4::cli::add_dispatch_flags(app, &df);
+  if (int rc = nvfp4::cli::parse(app, argc, argv); rc >= 0) return rc;
+  if (threads > 0) nvfp4::set_num_threads(threads);
+  const auto rep = nvfp4::cli::stderr_reporter(verbose);
+
+  nvfp4::model::LoadOptions lo;
+  lo.overrides = nvfp4::cli::dispatch_overrides(df);
+  if (!sem.empty()) {
+    nvfp4::Semantics s;
+    if (!nvfp4::semantics_from_name(sem, &s)) {
+      throw nvfp4::UsageError("--semantics: invalid value '" + sem + "' (valid: w4a16, w4a4, w4a4-vllm)");
+    }
+    lo.overrides.semantics = s;
+    lo.overrides.semantics_from = "--semantics " + sem;
+  }
+  lo.max_context = window;
+  const auto tok = nvfp4::model::load_tokenizer(dir);
+  auto model = nvfp4::model::LlamaModel::load(dir, lo, rep);
+  const std::string text = nvfp4::io::read_text_file(file);
+  std::vector<int32_t> ids;
+  if (tok.add_bos() && tok.bos_id() >= 0) ids.push_back(tok.bos_id());
+  const auto enc = tok.encode(text, false);
+  ids.insert(ids.end(), enc.begin(), enc.end());
+  if (max_tokens > 0 && static_cast<int64_t>(ids.size()) > max_tokens) ids.resize(static_cast<size_t>(max_tokens));
+  if (ids.size() < 2) throw nvfp4::Error(file + ": fewer than 2 tokens to score");
+  std::string how;
+  for (const auto& e : model->executor_summary()) {
+    if (e.group == "mlp gate/up/down") how = e.how;
+  }
+  const auto r = nvfp4::model::perplexity(*model, ids, window, [&](int64_t d, int64_t t) {
+    rep.step("window", static_cast<size_t>(d), static_cast<size_t>(t));
+  });
+  const double tps = r.seconds > 0 ? static_cast<double>(r.scored + r.windows) / r.seconds : 0.0;
+  if (json) {
+    std::printf("{\"perplexity\": %.6f, \"tokens\": %lld, \"windows\": %lld, \"seconds\": %.3f, \"tokens_per_second\": %.2f, "
+                "\"linears\": \"%s\"}\n",
+                r.perplexity(), static_cast<long long>(r.scored), static_cast<long long>(r.windows), r.seconds, tps,
+                how.c_str());
+  } else {
+    std::printf("perplexity %.4f over %lld tokens (%lld windows of <= %lld), %.1f tokens/s; linears: %s\n",
+                r.perplexity(), static_cast<long long>(r.scored), static_cast<long long>(r.windows),
+                static_cast<long long>(window), tps, how.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+NVFP4_REGISTER_VERB("eval", "perplexity of a model over a text file", run_eval);

@@ -1,0 +1,165 @@
+#include "model/cpu_ops.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "common/error.h"
+#include "common/parallel.h"
+#include "format/numerics.h"
+
+// The 16-lane helpers are always inlined into their callers; the ABI note about passing them is moot.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+namespace nvfp4::model {
+
+namespace {
+
+typedef float v16f __attribute__((vector_size(64)));
+typedef uint32_t v16u __attribute__((vector_size(64)));
+typedef uint16_t v16h __attribute__((vector_size(32)));
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define NVFP4_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define NVFP4_CLONES
+#endif
+
+inline v16f load16(const float* p) {
+  v16f v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+inline v16f load16_bf16(const uint16_t* p) {
+  v16h h;
+  std::memcpy(&h, p, sizeof(h));
+  v16u u = __builtin_convertvector(h, v16u) << 16;
+  v16f f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+// Fixed pairwise lane sum: (((l0+l8)+(l4+l12))+...) so every path sums in the same order.
+inline float hsum(v16f v) {
+  float a[16];
+  std::memcpy(a, &v, sizeof(a));
+  for (int w = 8; w >= 1; w /= 2)
+    for (int i = 0; i < w; ++i) a[i] = a[i] + a[i + w];
+  return a[0];
+}
+
+constexpr int kRowBlock = 4;  // tokens processed per pass over a weight row
+
+NVFP4_CLONES
+void matmul_rows_bf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, int64_t n0, int64_t n1,
+                      float* acc) {
+  const int64_t kv = k / 16 * 16;
+  for (int64_t r = n0; r < n1; ++r) {
+    const uint16_t* wr = w + r * k;
+    for (int64_t i0 = 0; i0 < m; i0 += kRowBlock) {
+      const int64_t mb = m - i0 < kRowBlock ? m - i0 : kRowBlock;
+      v16f s0 = {}, s1 = {}, s2 = {}, s3 = {};
+      const float* x0 = x + i0 * k;
+      if (mb == kRowBlock) {
+        for (int64_t j = 0; j < kv; j += 16) {
+          const v16f wv = load16_bf16(wr + j);
+          s0 += load16(x0 + j) * wv;
+          s1 += load16(x0 + k + j) * wv;
+          s2 += load16(x0 + 2 * k + j) * wv;
+          s3 += load16(x0 + 3 * k + j) * wv;
+        }
+        float t[4] = {hsum(s0), hsum(s1), hsum(s2), hsum(s3)};
+        for (int64_t j = kv; j < k; ++j) {
+          const float wv = bf16_to_f32(wr[j]);
+          for (int q = 0; q < 4; ++q) t[q] += x0[q * k + j] * wv;
+        }
+        for (int q = 0; q < 4; ++q) acc[(i0 + q) * n + r] = t[q];
+      } else {
+        for (int64_t q = 0; q < mb; ++q) {
+          v16f s = {};
+          const float* xq = x0 + q * k;
+          for (int64_t j = 0; j < kv; j += 16) s += load16(xq + j) * load16_bf16(wr + j);
+          float t = hsum(s);
+          for (int64_t j = kv; j < k; ++j) t += xq[j] * bf16_to_f32(wr[j]);
+          acc[(i0 + q) * n + r] = t;
+        }
+      }
+    }
+  }
+}
+
+NVFP4_CLONES
+void matmul_rows_f32(const float* x, int64_t m, int64_t k, const float* w, int64_t n, int64_t n0, int64_t n1,
+                     float* acc) {
+  const int64_t kv = k / 16 * 16;
+  for (int64_t r = n0; r < n1; ++r) {
+    const float* wr = w + r * k;
+    for (int64_t q = 0; q < m; ++q) {
+      v16f s = {};
+      const float* xq = x + q * k;
+      for (int64_t j = 0; j < kv; j += 16) s += load16(xq + j) * load16(wr + j);
+      float t = hsum(s);
+      for (int64_t j = kv; j < k; ++j) t += xq[j] * wr[j];
+      acc[q * n + r] = t;
+    }
+  }
+}
+
+}  // namespace
+
+void dense_matmul(const float* x, int64_t m, const DenseWeight& w, float* acc) {
+  if (m <= 0) return;
+  if (w.dtype == DType::BF16) {
+    NVFP4_CHECK(w.bits != nullptr, "dense_matmul: missing bf16 weight");
+    parallel_for(static_cast<size_t>(w.n), 32, [&](size_t a, size_t b) {
+      matmul_rows_bf16(x, m, w.k, w.bits, w.n, static_cast<int64_t>(a), static_cast<int64_t>(b), acc);
+    });
+  } else {
+    NVFP4_CHECK(w.f32 != nullptr, "dense_matmul: missing f32 weight");
+    parallel_for(static_cast<size_t>(w.n), 32, [&](size_t a, size_t b) {
+      matmul_rows_f32(x, m, w.k, w.f32, w.n, static_cast<int64_t>(a), static_cast<int64_t>(b), acc);
+    });
+  }
+}
+
+NVFP4_CLONES
+float dot_f32(const float* a, const float* b, int64_t n) {
+  const int64_t nv = n / 16 * 16;
+  v16f s = {};
+  for (int64_t j = 0; j < nv; j += 16) s += load16(a + j) * load16(b + j);
+  float t = hsum(s);
+  for (int64_t j = nv; j < n; ++j) t += a[j] * b[j];
+  return t;
+}
+
+NVFP4_CLONES
+void axpy_f32(float a, const float* x, float* y, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) y[j] += a * x[j];
+}
+
+void rmsnorm(const float* x, const float* w, int64_t m, int64_t d, float eps, DType t, float* out) {
+  for (int64_t i = 0; i < m; ++i) {
+    const float* xi = x + i * d;
+    double ss = 0;  // the mean of squares in f64: order-independent to well below f32 precision
+    for (int64_t j = 0; j < d; ++j) ss += static_cast<double>(xi[j]) * xi[j];
+    const float r = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(d) + static_cast<double>(eps)));
+    float* oi = out + i * d;
+    for (int64_t j = 0; j < d; ++j) oi[j] = round_to(t, round_to(t, xi[j] * r) * w[j]);
+  }
+}
+
+void rope_apply(float* v, const float* cs, int64_t hd, DType t) {
+  const int64_t h = hd / 2;
+  const float* c = cs;
+  const float* s = cs + h;
+  for (int64_t i = 0; i < h; ++i) {
+    const float a = v[i], b = v[i + h];
+    v[i] = round_to(t, a * c[i] - b * s[i]);
+    v[i + h] = round_to(t, b * c[i] + a * s[i]);
+  }
+}
+
+void round_to_dtype(float* x, int64_t n, DType t) {
+  if (t == DType::F32) return;
+  for (int64_t i = 0; i < n; ++i) x[i] = round_to(t, x[i]);
+}
+
+}  // namespace nvfp4::model

@@ -1,0 +1,41 @@
+// CPU kernels of the decoder's non-linear parts and its unquantized (dense) linears. Activations are f32
+// arrays whose values are already rounded to the activation dtype T; each op says where it rounds to T.
+// The inner loops use GCC/Clang vector extensions (16 lanes) so they vectorise with -O2 under the project's
+// -ffp-contract=off (no reassociation is needed: the lanes are explicit); hot functions are compiled for
+// AVX-512, AVX2 and the baseline, picked at load time (target_clones).
+#pragma once
+#include <cstdint>
+
+#include "common/dtype.h"
+
+namespace nvfp4::model {
+
+// Dense weight storage of one unquantized linear.
+struct DenseWeight {
+  int64_t n = 0, k = 0;          // (N out, K in)
+  DType dtype = DType::BF16;     // BF16: `bits` holds (N, K) bf16; F32: `f32` holds (N, K) f32
+  const uint16_t* bits = nullptr;
+  const float* f32 = nullptr;
+};
+
+// acc (m, N) f32 = x (m, K) f32 · Wᵀ, accumulated in f32 (16 lanes, then a fixed pairwise lane sum).
+// Thread-parallel over N (common/parallel.h).
+void dense_matmul(const float* x, int64_t m, const DenseWeight& w, float* acc);
+
+// Σ a[i]·b[i] over n values, f32 lanes (the attention dot product).
+float dot_f32(const float* a, const float* b, int64_t n);
+// y[i] += a · x[i]
+void axpy_f32(float a, const float* x, float* y, int64_t n);
+
+// out (m, d) = T( T(x · r) · w ), r = 1/sqrt(mean(x²) + eps) per row (HF LlamaRMSNorm: normalise in f32,
+// round to T, multiply by the weight in T).
+void rmsnorm(const float* x, const float* w, int64_t m, int64_t d, float eps, DType t, float* out);
+
+// HF rotate_half RoPE on one head vector v (hd values): v'[i] = v[i]·c[i] - v[i+hd/2]·s[i],
+// v'[i+hd/2] = v[i+hd/2]·c[i] + v[i]·s[i], i < hd/2, then rounded to T. cs: (hd/2) cos, then (hd/2) sin.
+void rope_apply(float* v, const float* cs, int64_t hd, DType t);
+
+// Rounds n values to T in place.
+void round_to_dtype(float* x, int64_t n, DType t);
+
+}  // namespace nvfp4::model

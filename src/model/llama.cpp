@@ -1,0 +1,509 @@
+#include "model/llama.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/error.h"
+#include "common/parallel.h"
+#include "format/numerics.h"
+#include "linear/linear.h"
+
+#ifdef NVFP4_HAVE_CUDA
+#include "backends/cuda/ops/device_memory.h"
+#endif
+
+namespace nvfp4::model {
+
+namespace {
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return std::string();
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+void read_ids(const nlohmann::json& v, std::vector<int32_t>* out) {
+  if (v.is_number_integer()) out->push_back(v.get<int32_t>());
+  else if (v.is_array())
+    for (const auto& e : v)
+      if (e.is_number_integer()) out->push_back(e.get<int32_t>());
+}
+
+}  // namespace
+
+LlamaConfig llama_config_from(const io::ModelConfig& mc, const std::string& dir) {
+  const std::string path = dir + "/config.json";
+  static const char* kArchs[] = {"LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM"};
+  bool known = mc.architecture.empty();
+  for (const char* a : kArchs) known = known || mc.architecture == a;
+  if (!known) {
+    fail(path + ": architecture '" + mc.architecture +
+         "' is not supported (expected LlamaForCausalLM, Qwen2ForCausalLM or MistralForCausalLM)");
+  }
+  LlamaConfig c;
+  c.hidden = mc.hidden_size;
+  c.intermediate = mc.intermediate_size;
+  c.n_layers = mc.num_hidden_layers;
+  c.n_heads = mc.num_attention_heads;
+  c.n_kv_heads = mc.num_key_value_heads ? mc.num_key_value_heads : mc.num_attention_heads;
+  c.head_dim = mc.head_dim ? mc.head_dim : (c.n_heads ? c.hidden / c.n_heads : 0);
+  c.vocab = mc.vocab_size;
+  c.max_position = mc.max_position_embeddings ? mc.max_position_embeddings : 2048;
+  c.rms_eps = mc.rms_norm_eps;
+  c.rope_theta = mc.rope_theta;
+  c.tie_embeddings = mc.tie_word_embeddings;
+  c.dtype = mc.dtype;
+  c.attention_bias = mc.model_type == "qwen2" || mc.architecture == "Qwen2ForCausalLM";
+  if (c.hidden <= 0 || c.intermediate <= 0 || c.n_layers <= 0 || c.n_heads <= 0 || c.vocab <= 0 ||
+      c.head_dim <= 0 || c.head_dim % 2 != 0 || c.n_heads % c.n_kv_heads != 0) {
+    fail(path + ": incomplete or inconsistent Llama config (hidden_size " + std::to_string(c.hidden) +
+         ", intermediate_size " + std::to_string(c.intermediate) + ", layers " + std::to_string(c.n_layers) +
+         ", heads " + std::to_string(c.n_heads) + "/" + std::to_string(c.n_kv_heads) + ", head_dim " +
+         std::to_string(c.head_dim) + ", vocab " + std::to_string(c.vocab) + ")");
+  }
+  if (!mc.raw_json.empty()) {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(mc.raw_json);
+    } catch (const std::exception& e) {
+      fail(path + ": invalid JSON: " + e.what());
+    }
+    if (j.contains("attention_bias") && j["attention_bias"].is_boolean()) c.attention_bias = j["attention_bias"].get<bool>();
+    if (j.contains("mlp_bias") && j["mlp_bias"].is_boolean() && j["mlp_bias"].get<bool>()) {
+      fail(path + ": mlp_bias=true is not supported");
+    }
+    if (j.contains("bos_token_id") && j["bos_token_id"].is_number_integer()) c.bos_id = j["bos_token_id"].get<int32_t>();
+    if (j.contains("eos_token_id")) read_ids(j["eos_token_id"], &c.eos_ids);
+    if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) {
+      const auto& r = j["rope_scaling"];
+      std::string type = r.value("rope_type", r.value("type", std::string()));
+      if (type == "default") type.clear();
+      if (!type.empty() && type != "llama3" && type != "linear") {
+        fail(path + ": rope_scaling type '" + type + "' is not supported (expected llama3 or linear)");
+      }
+      c.rope_scaling.type = type;
+      c.rope_scaling.factor = r.value("factor", 1.0);
+      c.rope_scaling.low_freq_factor = r.value("low_freq_factor", 1.0);
+      c.rope_scaling.high_freq_factor = r.value("high_freq_factor", 4.0);
+      c.rope_scaling.original_max_position = r.value("original_max_position_embeddings", int64_t(8192));
+      if (!(c.rope_scaling.factor > 0) ||
+          (type == "llama3" && !(c.rope_scaling.high_freq_factor > c.rope_scaling.low_freq_factor))) {
+        fail(path + ": invalid rope_scaling values");
+      }
+    }
+  }
+  const std::string gen = slurp(dir + "/generation_config.json");
+  if (!gen.empty()) {
+    try {
+      const auto g = nlohmann::json::parse(gen);
+      if (g.contains("eos_token_id")) {
+        std::vector<int32_t> ids;
+        read_ids(g["eos_token_id"], &ids);
+        for (int32_t id : ids)
+          if (std::find(c.eos_ids.begin(), c.eos_ids.end(), id) == c.eos_ids.end()) c.eos_ids.push_back(id);
+      }
+      if (c.bos_id < 0 && g.contains("bos_token_id") && g["bos_token_id"].is_number_integer()) {
+        c.bos_id = g["bos_token_id"].get<int32_t>();
+      }
+    } catch (const nlohmann::json::exception& e) {
+      fail(dir + "/generation_config.json: invalid JSON: " + e.what());
+    }
+  }
+  return c;
+}
+
+std::vector<float> rope_inv_freq(const LlamaConfig& c) {
+  const int64_t h = c.head_dim / 2;
+  std::vector<float> f(static_cast<size_t>(h));
+  const double pi = 3.14159265358979323846;
+  const auto& rs = c.rope_scaling;
+  for (int64_t i = 0; i < h; ++i) {
+    double v = static_cast<float>(1.0 / std::pow(c.rope_theta, static_cast<double>(2 * i) / static_cast<double>(c.head_dim)));
+    if (rs.type == "linear") {
+      v = v / rs.factor;
+    } else if (rs.type == "llama3") {
+      const double low_wavelen = static_cast<double>(rs.original_max_position) / rs.low_freq_factor;
+      const double high_wavelen = static_cast<double>(rs.original_max_position) / rs.high_freq_factor;
+      const double wavelen = 2 * pi / v;
+      if (wavelen < high_wavelen) {
+        // high frequency: unchanged
+      } else if (wavelen > low_wavelen) {
+        v = v / rs.factor;
+      } else {
+        const double smooth = (static_cast<double>(rs.original_max_position) / wavelen - rs.low_freq_factor) /
+                              (rs.high_freq_factor - rs.low_freq_factor);
+        v = (1 - smooth) * v / rs.factor + smooth * v;
+      }
+    }
+    f[static_cast<size_t>(i)] = static_cast<float>(v);
+  }
+  return f;
+}
+
+// ---- layers ------------------------------------------------------------------------------------------
+
+struct LlamaModel::Linear {
+  std::string name;              // module name ("model.layers.0.self_attn.q_proj", "lm_head")
+  int64_t n = 0, k = 0;
+  // dense
+  DenseWeight dense;
+  std::vector<uint16_t> bits;    // owned storage for dense.bits (unless tied to the embedding)
+  std::vector<float> f32;        // owned storage for dense.f32
+  std::vector<float> bias;       // (N) values in T; empty when none
+  bool round_output = true;      // false for lm_head (f32 logits)
+  // quantized
+  std::unique_ptr<QuantizedLinear> q;
+};
+
+struct LlamaModel::Layer {
+  std::vector<float> in_norm, post_norm;
+  Linear q, k, v, o, gate, up, down;
+};
+
+LlamaModel::~LlamaModel() {
+#ifdef NVFP4_HAVE_CUDA
+  cuda_ops::device_free(dev_x_);
+  cuda_ops::device_free(dev_y_);
+#endif
+}
+
+namespace {
+
+struct Loader {
+  const io::Checkpoint& ck;
+  DType act;
+  const Reporter& rep;
+  DeviceInfo dev;
+  BuildInfo build;
+  const Overrides& ov;
+  uint64_t* bytes;
+
+  std::vector<float> f32(const std::string& name, std::vector<int64_t> expect) const {
+    std::vector<int64_t> shape;
+    std::vector<float> v = ck.load_f32(name, &shape);
+    if (shape != expect) {
+      auto s = [](const std::vector<int64_t>& x) {
+        std::string r = "[";
+        for (size_t i = 0; i < x.size(); ++i) r += (i ? ", " : "") + std::to_string(x[i]);
+        return r + "]";
+      };
+      fail(ck.path() + ": tensor '" + name + "' has shape " + s(shape) + ", expected " + s(expect));
+    }
+    *bytes += v.size() * (act == DType::F32 ? 4 : 2);
+    return v;
+  }
+
+  // Dense storage of a (n, k) tensor in the form dense_matmul reads.
+  void store_dense(const std::string& tensor, int64_t n, int64_t k, std::vector<uint16_t>* bits,
+                   std::vector<float>* fv, DenseWeight* d) const {
+    d->n = n;
+    d->k = k;
+    const io::TensorView* tv = ck.tensors().find(tensor);
+    if (!tv) fail(ck.path() + ": tensor '" + tensor + "' missing");
+    if (act == DType::BF16) {
+      d->dtype = DType::BF16;
+      if (tv->dtype == DType::BF16 && tv->shape == std::vector<int64_t>{n, k}) {
+        bits->resize(static_cast<size_t>(n * k));
+        std::memcpy(bits->data(), tv->data, bits->size() * 2);
+        *bytes += bits->size() * 2;
+      } else {
+        std::vector<float> v = f32(tensor, {n, k});
+        bits->resize(v.size());
+        for (size_t i = 0; i < v.size(); ++i) (*bits)[i] = f32_to_bf16(v[i]);
+      }
+      d->bits = bits->data();
+    } else {
+      d->dtype = DType::F32;
+      *fv = f32(tensor, {n, k});
+      round_to_dtype(fv->data(), static_cast<int64_t>(fv->size()), act);
+      d->f32 = fv->data();
+    }
+  }
+
+  void linear(const std::string& name, int64_t n, int64_t k, bool bias_allowed, LlamaModel::Linear* l) const {
+    l->name = name;
+    l->n = n;
+    l->k = k;
+    const io::LinearInfo* info = ck.find_linear(name);
+    if (info && info->scheme != io::QuantScheme::None) {
+      LinearWeights w = ck.load_linear(name, rep);
+      if (w.out_features() != n || w.in_features() != k) {
+        fail(ck.path() + ": quantized linear '" + name + "' is (" + std::to_string(w.out_features()) + ", " +
+             std::to_string(w.in_features()) + "), expected (" + std::to_string(n) + ", " + std::to_string(k) + ")");
+      }
+      *bytes += static_cast<uint64_t>(n * k / 2 + n * k / 16);
+      const Selection sel = select_linear(dev, build, scheme_of(w), ov);
+      report_selection(sel, rep);
+      l->q = QuantizedLinear::create(std::move(w), sel, act);
+      return;
+    }
+    store_dense(name + ".weight", n, k, &l->bits, &l->f32, &l->dense);
+    if (ck.tensors().find(name + ".bias")) {
+      if (!bias_allowed) rep.warn(ck.path() + ": unexpected bias '" + name + ".bias' is used");
+      l->bias = f32(name + ".bias", {n});
+      round_to_dtype(l->bias.data(), n, act);
+    }
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadOptions& opt, const Reporter& rep) {
+  auto ck = io::Checkpoint::open(dir, rep);
+  std::unique_ptr<LlamaModel> m(new LlamaModel());
+  m->cfg_ = llama_config_from(ck->config(), ck->dir());
+  const LlamaConfig& c = m->cfg_;
+  bool any_quant = false;
+  for (const auto& li : ck->linears()) any_quant = any_quant || li.scheme != io::QuantScheme::None;
+  m->act_ = c.dtype == DType::F16 ? DType::F16 : (c.dtype == DType::F32 && !any_quant ? DType::F32 : DType::BF16);
+  if (c.dtype == DType::F32 && any_quant) rep.warn(dir + ": f32 model with quantized linears: activations run in bf16");
+  m->record_amax_ = opt.record_input_amax;
+
+  const DeviceInfo dev = any_quant ? detect_device(opt.overrides) : DeviceInfo::cpu("no quantized linears");
+  Loader L{*ck, m->act_, rep, dev, query_build(), opt.overrides, &m->weight_bytes_};
+
+  const int64_t H = c.hidden, hd = c.head_dim, nh = c.n_heads, nkv = c.n_kv_heads, I = c.intermediate;
+  {
+    std::vector<float> e = L.f32("model.embed_tokens.weight", {c.vocab, H});
+    if (m->act_ == DType::F32) {
+      m->embed_f32_ = std::move(e);
+    } else {
+      m->embed_bits_.resize(e.size());
+      for (size_t i = 0; i < e.size(); ++i) m->embed_bits_[i] = to_bits16(m->act_, e[i]);
+    }
+  }
+  m->final_norm_ = L.f32("model.norm.weight", {H});
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    auto ly = std::make_unique<Layer>();
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    ly->in_norm = L.f32(p + "input_layernorm.weight", {H});
+    ly->post_norm = L.f32(p + "post_attention_layernorm.weight", {H});
+    L.linear(p + "self_attn.q_proj", nh * hd, H, c.attention_bias, &ly->q);
+    L.linear(p + "self_attn.k_proj", nkv * hd, H, c.attention_bias, &ly->k);
+    L.linear(p + "self_attn.v_proj", nkv * hd, H, c.attention_bias, &ly->v);
+    L.linear(p + "self_attn.o_proj", H, nh * hd, false, &ly->o);
+    L.linear(p + "mlp.gate_proj", I, H, false, &ly->gate);
+    L.linear(p + "mlp.up_proj", I, H, false, &ly->up);
+    L.linear(p + "mlp.down_proj", H, I, false, &ly->down);
+    m->layers_.push_back(std::move(ly));
+  }
+  m->lm_head_ = std::make_unique<Linear>();
+  Linear& lm = *m->lm_head_;
+  lm.round_output = false;
+  const bool has_lm_head = ck->tensors().find("lm_head.weight") || ck->find_linear("lm_head");
+  if (has_lm_head) {
+    L.linear("lm_head", c.vocab, H, false, &lm);
+  } else {
+    if (!c.tie_embeddings) rep.warn(dir + ": no lm_head.weight; using the tied input embedding");
+    lm.name = "lm_head (tied to model.embed_tokens)";
+    lm.n = c.vocab;
+    lm.k = H;
+    lm.dense.n = c.vocab;
+    lm.dense.k = H;
+    if (m->act_ == DType::BF16) {
+      lm.dense.dtype = DType::BF16;
+      lm.dense.bits = m->embed_bits_.data();
+    } else {
+      lm.dense.dtype = DType::F32;
+      if (m->act_ == DType::F16) {
+        lm.f32.resize(m->embed_bits_.size());
+        for (size_t i = 0; i < lm.f32.size(); ++i) lm.f32[i] = f16_to_f32(m->embed_bits_[i]);
+        lm.dense.f32 = lm.f32.data();
+      } else {
+        lm.dense.f32 = m->embed_f32_.data();
+      }
+    }
+  }
+
+  m->cap_ = std::max<int64_t>(1, std::min(opt.max_context, c.max_position));
+  const std::vector<float> inv = rope_inv_freq(c);
+  m->rope_cs_.resize(static_cast<size_t>(m->cap_ * hd));
+  for (int64_t p = 0; p < m->cap_; ++p) {
+    float* cs = m->rope_cs_.data() + p * hd;
+    for (int64_t i = 0; i < hd / 2; ++i) {
+      const float ang = static_cast<float>(p) * inv[static_cast<size_t>(i)];  // f32, as HF computes it
+      cs[i] = static_cast<float>(std::cos(static_cast<double>(ang)));
+      cs[hd / 2 + i] = static_cast<float>(std::sin(static_cast<double>(ang)));
+    }
+  }
+  const size_t kv = static_cast<size_t>(c.n_layers * nkv * m->cap_ * hd);
+  m->kcache_.assign(kv, 0.0f);
+  m->vcache_.assign(kv, 0.0f);
+  return m;
+}
+
+void LlamaModel::run_linear(const Linear& l, const float* x, int64_t m, float* y) {
+  if (record_amax_) {
+    float a = 0;
+    for (int64_t i = 0; i < m * l.k; ++i) a = std::max(a, std::fabs(x[i]));
+    float& slot = amax_[l.name];
+    slot = std::max(slot, a);
+  }
+  if (l.q) {
+    const size_t nx = static_cast<size_t>(m * l.k), ny = static_cast<size_t>(m * l.n);
+    if (xbits_.size() < nx) xbits_.resize(nx);
+    if (ybits_.size() < ny) ybits_.resize(ny);
+    for (size_t i = 0; i < nx; ++i) xbits_[i] = to_bits16(act_, x[i]);
+    if (l.q->on_device()) {
+#ifdef NVFP4_HAVE_CUDA
+      const size_t need = std::max(nx, ny) * 2;
+      if (dev_bytes_ < need) {
+        cuda_ops::device_free(dev_x_);
+        cuda_ops::device_free(dev_y_);
+        dev_x_ = dev_y_ = nullptr;
+        dev_bytes_ = 0;
+        dev_x_ = cuda_ops::device_alloc(need, l.q->selection().device);
+        dev_y_ = cuda_ops::device_alloc(need, l.q->selection().device);
+        dev_bytes_ = need;
+      }
+      cuda_ops::copy_to_device(dev_x_, xbits_.data(), nx * 2);
+      l.q->forward(dev_x_, m, dev_y_, nullptr);
+      cuda_ops::copy_to_host(ybits_.data(), dev_y_, ny * 2);
+#else
+      fail(l.name + ": on-device linear in a build without CUDA");
+#endif
+    } else {
+      l.q->forward(xbits_.data(), m, ybits_.data(), nullptr);
+    }
+    for (size_t i = 0; i < ny; ++i) y[i] = from_bits16(act_, ybits_[i]);
+    return;
+  }
+  dense_matmul(x, m, l.dense, y);
+  if (!l.round_output) return;
+  const int64_t n = l.n;
+  for (int64_t i = 0; i < m; ++i) {
+    float* yi = y + i * n;
+    if (l.bias.empty()) {
+      for (int64_t j = 0; j < n; ++j) yi[j] = round_to(act_, yi[j]);
+    } else {
+      for (int64_t j = 0; j < n; ++j) yi[j] = round_to(act_, round_to(act_, yi[j]) + l.bias[j]);
+    }
+  }
+}
+
+void LlamaModel::forward(const int32_t* tokens, int64_t n, float* logits, bool all_logits) {
+  if (n <= 0) return;
+  const LlamaConfig& c = cfg_;
+  if (pos_ + n > cap_) {
+    fail("context full: " + std::to_string(pos_) + " + " + std::to_string(n) + " tokens exceed the KV cache of " +
+         std::to_string(cap_));
+  }
+  const int64_t H = c.hidden, hd = c.head_dim, nh = c.n_heads, nkv = c.n_kv_heads, I = c.intermediate;
+  const int64_t group = nh / nkv;
+  const float eps = static_cast<float>(c.rms_eps);
+  std::vector<float> x(static_cast<size_t>(n * H)), a(x.size()), tmp(x.size());
+  std::vector<float> q(static_cast<size_t>(n * nh * hd)), att(q.size());
+  std::vector<float> k(static_cast<size_t>(n * nkv * hd)), v(k.size());
+  std::vector<float> g(static_cast<size_t>(n * I)), u(g.size());
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t t = tokens[i];
+    if (t < 0 || t >= c.vocab) fail("token id " + std::to_string(t) + " outside the vocabulary of " + std::to_string(c.vocab));
+    float* xi = x.data() + i * H;
+    if (act_ == DType::F32) {
+      std::memcpy(xi, embed_f32_.data() + static_cast<size_t>(t) * H, H * 4);
+    } else {
+      const uint16_t* e = embed_bits_.data() + static_cast<size_t>(t) * H;
+      for (int64_t j = 0; j < H; ++j) xi[j] = from_bits16(act_, e[j]);
+    }
+  }
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  for (int64_t li = 0; li < c.n_layers; ++li) {
+    Layer& L = *layers_[static_cast<size_t>(li)];
+    rmsnorm(x.data(), L.in_norm.data(), n, H, eps, act_, a.data());
+    run_linear(L.q, a.data(), n, q.data());
+    run_linear(L.k, a.data(), n, k.data());
+    run_linear(L.v, a.data(), n, v.data());
+    float* kc = kcache_.data() + static_cast<size_t>(li * nkv * cap_ * hd);
+    float* vc = vcache_.data() + static_cast<size_t>(li * nkv * cap_ * hd);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t p = pos_ + i;
+      const float* cs = rope_cs_.data() + p * hd;
+      for (int64_t h = 0; h < nh; ++h) rope_apply(q.data() + (i * nh + h) * hd, cs, hd, act_);
+      for (int64_t h = 0; h < nkv; ++h) {
+        float* kh = k.data() + (i * nkv + h) * hd;
+        rope_apply(kh, cs, hd, act_);
+        std::memcpy(kc + (h * cap_ + p) * hd, kh, hd * 4);
+        std::memcpy(vc + (h * cap_ + p) * hd, v.data() + (i * nkv + h) * hd, hd * 4);
+      }
+    }
+    parallel_for(static_cast<size_t>(n * nh), 1, [&](size_t b, size_t e) {
+      std::vector<float> s;
+      for (size_t w = b; w < e; ++w) {
+        const int64_t i = static_cast<int64_t>(w) / nh, h = static_cast<int64_t>(w) % nh;
+        const int64_t p = pos_ + i, kvh = h / group;
+        const float* qh = q.data() + (i * nh + h) * hd;
+        const float* kb = kc + kvh * cap_ * hd;
+        const float* vb = vc + kvh * cap_ * hd;
+        s.resize(static_cast<size_t>(p + 1));
+        float mx = -INFINITY;
+        for (int64_t t = 0; t <= p; ++t) {
+          s[t] = dot_f32(qh, kb + t * hd, hd) * scale;
+          mx = std::max(mx, s[t]);
+        }
+        double sum = 0;
+        for (int64_t t = 0; t <= p; ++t) {
+          s[t] = std::exp(s[t] - mx);
+          sum += s[t];
+        }
+        const float inv = static_cast<float>(1.0 / sum);
+        float* o = att.data() + (i * nh + h) * hd;
+        std::fill(o, o + hd, 0.0f);
+        for (int64_t t = 0; t <= p; ++t) axpy_f32(s[t] * inv, vb + t * hd, o, hd);
+        round_to_dtype(o, hd, act_);
+      }
+    });
+    run_linear(L.o, att.data(), n, tmp.data());
+    for (size_t j = 0; j < x.size(); ++j) x[j] = round_to(act_, x[j] + tmp[j]);
+    rmsnorm(x.data(), L.post_norm.data(), n, H, eps, act_, a.data());
+    run_linear(L.gate, a.data(), n, g.data());
+    run_linear(L.up, a.data(), n, u.data());
+    for (size_t j = 0; j < g.size(); ++j) {
+      const float gv = g[j];
+      const float silu = round_to(act_, static_cast<float>(gv / (1.0 + std::exp(-static_cast<double>(gv)))));
+      g[j] = round_to(act_, silu * u[j]);
+    }
+    run_linear(L.down, g.data(), n, tmp.data());
+    for (size_t j = 0; j < x.size(); ++j) x[j] = round_to(act_, x[j] + tmp[j]);
+  }
+  const int64_t first = all_logits ? 0 : n - 1;
+  const int64_t rows = n - first;
+  rmsnorm(x.data() + first * H, final_norm_.data(), rows, H, eps, act_, a.data());
+  run_linear(*lm_head_, a.data(), rows, logits);
+  pos_ += n;
+}
+
+std::vector<ExecutorSummary> LlamaModel::executor_summary() const {
+  std::vector<ExecutorSummary> out;
+  auto add = [&](const std::string& group, const Linear& l) {
+    std::string how;
+    if (l.q) how = l.q->selection().str();
+    else how = std::string("dense ") + dtype_name(l.dense.dtype) + " on cpu (unquantized)";
+    for (auto& e : out) {
+      if (e.group == group && e.how == how) {
+        ++e.count;
+        return;
+      }
+    }
+    out.push_back({group, how, 1});
+  };
+  for (const auto& L : layers_) {
+    add("attention q/k/v/o", L->q);
+    add("attention q/k/v/o", L->k);
+    add("attention q/k/v/o", L->v);
+    add("attention q/k/v/o", L->o);
+    add("mlp gate/up/down", L->gate);
+    add("mlp gate/up/down", L->up);
+    add("mlp gate/up/down", L->down);
+  }
+  add("lm_head", *lm_head_);
+  out.push_back({"embedding/norms/rope/attention/sampling", "cpu (host)", static_cast<int>(layers_.size())});
+  return out;
+}
+
+}  // namespace nvfp4::model
