@@ -199,7 +199,9 @@ Selection select_linear(const DeviceInfo& dev_in, const BuildInfo& build, LayerS
         warn_exec = dev.describe() + " cannot run this project's CUDA kernels (" + kern.brief + "); running "
                     "quantized linears on the CPU.";
       } else {
-        reasons.push_back("cpu (" + kern.brief + ")");
+        bool said = false;  // the W4A4 fallback reason may already name why there is no GPU
+        for (const auto& r : reasons) said = said || r.find(kern.brief) != std::string::npos;
+        reasons.push_back(said ? "cpu" : "cpu (" + kern.brief + ")");
       }
     }
   };

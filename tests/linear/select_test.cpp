@@ -318,3 +318,39 @@ TEST(Select, ExplainMentionsDeviceBuildAndBothSchemes) {
 
 }  // namespace
 }  // namespace nvfp4
+
+namespace nvfp4 {
+namespace {
+
+// This machine, as the library sees it at run time (no GPU here -> the CPU; an H200 -> w4a16 on cuda; a
+// Blackwell with cuBLASLt >= 12.8 -> w4a4 on cublaslt). Prints the decision so a test log shows it.
+TEST(RealMachine, DispatchOnThisMachine) {
+  const DeviceInfo dev = detect_device({});
+  const BuildInfo build = query_build();
+  std::printf("%s", explain_dispatch(dev, build, {}).c_str());
+  const Selection w4a4 = select_linear(dev, build, LayerScheme::W4A4, {});
+  const Selection w4a16 = select_linear(dev, build, LayerScheme::W4A16, {});
+  EXPECT_EQ(w4a16.semantics, Semantics::W4A16);
+  EXPECT_NE(w4a16.executor, Executor::Cublaslt);
+  if (!dev.is_gpu) {
+    EXPECT_EQ(w4a4.executor, Executor::Cpu);
+    EXPECT_FALSE(w4a4.warning.empty());
+  }
+  if (dev.is_gpu && dev.cc() < 100) {
+    EXPECT_NE(w4a4.executor, Executor::Cublaslt) << "dispatch chose cublaslt on " << dev.describe();
+    EXPECT_EQ(w4a4.semantics, Semantics::W4A16);
+    EXPECT_NE(w4a4.warning.find("no native FP4 on " + dev.name), std::string::npos) << w4a4.warning;
+    Overrides lt;
+    lt.executor = Executor::Cublaslt;
+    lt.executor_from = "--linear-backend cublaslt";
+    EXPECT_THROW(select_linear(dev, build, LayerScheme::W4A4, lt), Error);
+  }
+  if (build.cuda) {
+    EXPECT_FALSE(build.cuda_archs.empty()) << "a CUDA build must know what it was compiled for";
+  } else {
+    EXPECT_EQ(dev.note, "this binary was built without CUDA");
+  }
+}
+
+}  // namespace
+}  // namespace nvfp4
