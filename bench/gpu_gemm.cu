@@ -1,0 +1,326 @@
+// bench_gemm: the CUDA executor's NVFP4 linears against cuBLAS bf16 on the shapes of docs/PERF.md.
+// Method (PERF.md): every call's output is first checked (subsample) against the CPU f64 reference within the
+// derived bound, on a NaN-poisoned buffer; then CUDA graphs of R calls over R weight copies (R·bytes >
+// 240 MB, so weights come from HBM, not L2), 3 warm-up replays, median of 50 timed replays.
+// Usage: bench_gemm [--quick] [--shapes i,j,...] [--m 1,16,...] [--reps 50]
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/linear.h"
+#include "backends/cuda/cuda_linear.h"
+#include "backends/cuda/cuda_linear_internal.h"
+#include "backends/cuda/linear_bound.h"
+#include "backends/cuda/weight_layout.h"
+#include "format/numerics.h"
+
+using namespace nvfp4;
+
+namespace {
+
+#define CK(x)                                                                                    \
+  do {                                                                                           \
+    cudaError_t e_ = (x);                                                                        \
+    if (e_ != cudaSuccess) {                                                                     \
+      std::fprintf(stderr, "bench_gemm: %s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__); \
+      std::exit(1);                                                                              \
+    }                                                                                            \
+  } while (0)
+
+struct Shape {
+  int64_t n, k;
+  double marlin_us[5];  // PERF.md: vLLM Marlin at M = 1, 16, 128, 1024, 4096
+};
+const Shape kShapes[] = {
+    {6144, 4096, {12.2, 13.1, 31.6, 160.0, 644}},     {4096, 4096, {9.6, 10.2, 22.4, 109.4, 411}},
+    {28672, 4096, {33.4, 36.3, 100.0, 735.2, 3026}},  {4096, 14336, {22.8, 24.6, 69.9, 349.7, 1368}},
+    {10240, 8192, {24.0, 26.2, 72.9, 502.3, 2048}},   {57344, 8192, {107.0, 117.7, 362.7, 2943, 11908}},
+    {8192, 28672, {57.3, 61.2, 184.1, 1380, 5635}},
+};
+const int64_t kMarlinM[5] = {1, 16, 128, 1024, 4096};
+
+uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+inline uint64_t next_rand() {
+  g_rng ^= g_rng << 13;
+  g_rng ^= g_rng >> 7;
+  g_rng ^= g_rng << 17;
+  return g_rng;
+}
+
+__global__ void fill_bf16(__nv_bfloat16* p, int64_t n, uint32_t seed, float amp) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed ^ static_cast<uint32_t>(i >> 32) * 40503u;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    const float u = (h & 0xFFFFFF) / 16777216.0f;
+    p[i] = __float2bfloat16_rn((u * 2.0f - 1.0f) * amp);
+  }
+}
+
+double median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// µs per call of `calls` calls captured in one graph.
+template <class F>
+double time_graph(F enqueue, int calls, int reps, cudaStream_t s) {
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  enqueue(s);
+  CK(cudaStreamEndCapture(s, &g));
+  CK(cudaGraphInstantiate(&ge, g, 0));
+  for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(ge, s));
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  std::vector<float> ms;
+  for (int i = 0; i < reps; ++i) {
+    CK(cudaEventRecord(a, s));
+    CK(cudaGraphLaunch(ge, s));
+    CK(cudaEventRecord(b, s));
+    CK(cudaEventSynchronize(b));
+    float t = 0;
+    CK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  return median(ms) * 1000.0 / calls;
+}
+
+// Checks token rows {0, m/2, m-1} x 96 sampled output features against the CPU reference; returns the
+// largest err/bound (> 1 is a failure; NaN counts as failure).
+double check_output(const LinearWeights& w, Semantics sem, const __nv_bfloat16* dx, int64_t m,
+                    const __nv_bfloat16* dy) {
+  const int64_t n = w.out_features(), k = w.in_features();
+  std::vector<int64_t> toks = {0, m / 2, m - 1};
+  toks.erase(std::unique(toks.begin(), toks.end()), toks.end());
+  std::vector<int64_t> feats;
+  for (int i = 0; i < 96; ++i) feats.push_back(static_cast<int64_t>(next_rand() % n));
+  LinearWeights sub;
+  sub.weight.resize(static_cast<int64_t>(feats.size()), k);
+  sub.weight.global = w.weight.global;
+  sub.has_input_scale = w.has_input_scale;
+  sub.input_global = w.input_global;
+  for (size_t r = 0; r < feats.size(); ++r) {
+    std::memcpy(&sub.weight.codes[r * (k / 2)], &w.weight.codes[feats[r] * (k / 2)], k / 2);
+    std::memcpy(&sub.weight.scales[r * (k / 16)], &w.weight.scales[feats[r] * (k / 16)], k / 16);
+  }
+  std::vector<uint16_t> x(toks.size() * k), xa(toks.size() * k), yrow(n);
+  for (size_t i = 0; i < toks.size(); ++i)
+    CK(cudaMemcpy(&x[i * k], dx + toks[i] * k, k * 2, cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < x.size(); ++i) xa[i] = x[i] & 0x7FFF;
+  LinearWeights suba = sub;
+  for (auto& c : suba.weight.codes) c &= 0x77;
+  const int64_t ms = static_cast<int64_t>(toks.size()), ns = static_cast<int64_t>(feats.size());
+  std::vector<double> acc(ms * ns), pabs(ms * ns);
+  cpu_linear_reference_f64(sub, sem, DType::BF16, x.data(), ms, acc.data());
+  cpu_linear_reference_f64(suba, sem, DType::BF16, xa.data(), ms, pabs.data());
+  double worst = 0.0;
+  for (int64_t i = 0; i < ms; ++i) {
+    CK(cudaMemcpy(yrow.data(), dy + toks[i] * n, n * 2, cudaMemcpyDeviceToHost));
+    for (int64_t j = 0; j < ns; ++j) {
+      const double yv = bf16_to_f32(yrow[feats[j]]);
+      const double a = acc[i * ns + j];
+      const double bound = cuda::linear_error_bound(DType::BF16, k, a, pabs[i * ns + j], yv);
+      const double r = std::fabs(yv - a) / bound;
+      if (!(r <= worst)) worst = std::isnan(r) ? INFINITY : r;
+    }
+  }
+  return worst;
+}
+
+std::vector<int64_t> parse_list(const char* s) {
+  std::vector<int64_t> v;
+  while (*s) {
+    v.push_back(std::strtoll(s, const_cast<char**>(&s), 10));
+    if (*s == ',') ++s;
+  }
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int64_t> shape_ids = {0, 1, 2, 3, 4, 5, 6};
+  std::vector<int64_t> ms = {1, 16, 128, 1024, 4096};
+  std::vector<int64_t> xover = {32, 64, 128, 256};
+  int reps = 50;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--quick")) {
+      shape_ids = {1, 5};
+      ms = {1, 16, 128};
+      xover = {64, 128};
+    } else if (!std::strcmp(argv[i], "--shapes") && i + 1 < argc) {
+      shape_ids = parse_list(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--m") && i + 1 < argc) {
+      ms = parse_list(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--xover") && i + 1 < argc) {
+      xover = parse_list(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
+      reps = std::atoi(argv[++i]);
+    } else {
+      std::fprintf(stderr, "usage: bench_gemm [--quick] [--shapes 0,1,..] [--m 1,16,..] [--xover 32,..] [--reps N]\n");
+      return 2;
+    }
+  }
+  std::string why;
+  if (!cuda::kernels_available(0, &why)) {
+    std::fprintf(stderr, "bench_gemm: %s\n", why.c_str());
+    return 1;
+  }
+  cudaDeviceProp prop{};
+  CK(cudaGetDeviceProperties(&prop, 0));
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cublasHandle_t blas;
+  cublasCreate(&blas);
+  void* blas_ws = nullptr;
+  CK(cudaMalloc(&blas_ws, 64 << 20));
+  cublasSetWorkspace(blas, blas_ws, 64 << 20);
+  cublasSetStream(blas, s);
+  const double kRotateBytes = 241e6;
+
+  std::printf("# bench_gemm on %s (sm_%d%d, %d SMs), bf16 activations\n\n", prop.name, prop.major, prop.minor,
+              prop.multiProcessorCount);
+
+  // ---- activation quantizer, 8192 x 8192 bf16 ----
+  {
+    const int64_t qm = 8192, qk = 8192;
+    __nv_bfloat16* qx;
+    uint8_t *qc, *qs;
+    CK(cudaMalloc(&qx, qm * qk * 2));
+    CK(cudaMalloc(&qc, qm * qk / 2));
+    CK(cudaMalloc(&qs, qm * qk / 16 + 4096));
+    fill_bf16<<<1024, 256, 0, s>>>(qx, qm * qk, 7, 3.0f);
+    const double bytes = qm * qk * 2.0 + qm * qk / 2.0 + qm * qk / 16.0;
+    for (auto layout : {cuda::ScaleLayout::Linear, cuda::ScaleLayout::Swizzled128x4}) {
+      const double us = time_graph(
+          [&](cudaStream_t st) { cuda::quantize_activations(qx, DType::BF16, qm, qk, 448.0f, qc, qs, layout, st); }, 1,
+          reps, s);
+      std::printf("quantize_activations 8192x8192 bf16 (%s scales): %.1f us, %.2f TB/s\n",
+                  layout == cuda::ScaleLayout::Linear ? "linear" : "swizzled", us, bytes / us / 1e6);
+    }
+    cudaFree(qx);
+    cudaFree(qc);
+    cudaFree(qs);
+  }
+  std::printf("\n| N×K | M | semantics | µs | weight TB/s | TFLOP/s | cuBLAS bf16 µs | vs cuBLAS | vs Marlin | path | check |\n");
+  std::printf("|---|---:|---|---:|---:|---:|---:|---:|---:|---|---|\n");
+  std::vector<std::string> xover_rows;
+  bool all_ok = true;
+
+  for (int64_t si : shape_ids) {
+    const Shape& sh = kShapes[si];
+    const int64_t n = sh.n, k = sh.k;
+    LinearWeights w;
+    w.name = "bench";
+    w.weight.resize(n, k);
+    for (size_t i = 0; i < w.weight.codes.size(); i += 8) {
+      const uint64_t r = next_rand();
+      std::memcpy(&w.weight.codes[i], &r, std::min<size_t>(8, w.weight.codes.size() - i));
+    }
+    for (auto& c : w.weight.scales) c = static_cast<uint8_t>(0x28 + next_rand() % 0x30);
+    w.weight.global = GlobalScale::from_enc(2688.0f / 0.05f);
+    w.has_input_scale = true;
+    w.input_global = GlobalScale::from_enc(2688.0f / 8.0f);
+    const cuda::FragmentWeights f = cuda::make_fragment_weights(w.weight);
+    const double wbytes = n * k * 0.5625;
+    const int R = static_cast<int>(std::ceil(kRotateBytes / wbytes));
+    const int Rb = static_cast<int>(std::ceil(kRotateBytes / (n * k * 2.0)));
+    const Semantics sems[] = {Semantics::W4A16, Semantics::W4A4, Semantics::W4A4_VLLM};
+    std::vector<std::vector<std::unique_ptr<cuda::CudaLinear>>> lin(3);
+    for (int si2 = 0; si2 < 3; ++si2)
+      for (int r = 0; r < R; ++r) lin[si2].push_back(cuda::create_prepared(w, f, sems[si2], DType::BF16, 0));
+    const int64_t mmax = std::max(*std::max_element(ms.begin(), ms.end()), *std::max_element(xover.begin(), xover.end()));
+    __nv_bfloat16 *dx, *dy;
+    CK(cudaMalloc(&dx, mmax * k * 2));
+    CK(cudaMalloc(&dy, mmax * n * 2));
+    fill_bf16<<<1024, 256, 0, s>>>(dx, mmax * k, 11, 2.0f);
+    std::vector<__nv_bfloat16*> wb(Rb);
+    for (auto& p : wb) {
+      CK(cudaMalloc(&p, n * k * 2));
+      fill_bf16<<<1024, 256, 0, s>>>(p, n * k, static_cast<uint32_t>(next_rand()), 0.05f);
+    }
+    CK(cudaStreamSynchronize(s));
+    const float one = 1.0f, zero = 0.0f;
+
+    auto run_all = [&](int sidx, int64_t m, cudaStream_t st) {
+      for (int r = 0; r < R; ++r) lin[sidx][r]->run(dx, m, dy, st);
+    };
+    auto ours = [&](int sidx, int64_t m, double* check) {
+      CK(cudaMemsetAsync(dy, 0xFF, m * n * 2, s));
+      run_all(sidx, m, s);  // also grows every replica's workspace before capture
+      CK(cudaStreamSynchronize(s));
+      *check = check_output(w, sems[sidx], dx, m, dy);
+      return time_graph([&](cudaStream_t st) { run_all(sidx, m, st); }, R, reps, s);
+    };
+
+    for (int64_t m : ms) {
+      const double cub = time_graph(
+          [&](cudaStream_t) {
+            for (int r = 0; r < Rb; ++r)
+              cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),
+                           static_cast<int>(k), &one, wb[r], CUDA_R_16BF, static_cast<int>(k), dx, CUDA_R_16BF,
+                           static_cast<int>(k), &zero, dy, CUDA_R_16BF, static_cast<int>(n), CUBLAS_COMPUTE_32F,
+                           CUBLAS_GEMM_DEFAULT);
+          },
+          Rb, reps, s);
+      double marlin = 0;
+      for (int i = 0; i < 5; ++i)
+        if (kMarlinM[i] == m) marlin = sh.marlin_us[i];
+      for (int sidx = 0; sidx < 3; ++sidx) {
+        double chk = 0;
+        const double us = ours(sidx, m, &chk);
+        const bool ok = chk <= 1.0;
+        all_ok = all_ok && ok;
+        char mar[32] = "-";
+        if (marlin > 0) std::snprintf(mar, sizeof mar, "%.2fx", marlin / us);
+        std::printf("| %lld×%lld | %lld | %s | %.1f | %.2f | %.1f | %.1f | %.2fx | %s | %s | %s (%.2f) |\n",
+                    static_cast<long long>(n), static_cast<long long>(k), static_cast<long long>(m),
+                    semantics_name(sems[sidx]), us, wbytes / us / 1e6, 2.0 * m * n * k / us / 1e6, cub, cub / us,
+                    mar, m > cuda::default_fused_max_m(sems[sidx], n, k) ? "cublas" : "fused", ok ? "ok" : "FAIL",
+                    chk);
+        std::fflush(stdout);
+      }
+    }
+    // Crossover scan (w4a16 and w4a4): fused kernel vs dequantize + cuBLAS.
+    for (int64_t m : xover)
+      for (int sidx : {0, 1}) {
+        double us_f, us_l, c1, c2;
+        for (auto& l : lin[sidx]) cuda::set_fused_max_m(*l, 1 << 30);
+        us_f = ours(sidx, m, &c1);
+        for (auto& l : lin[sidx]) cuda::set_fused_max_m(*l, 0);
+        us_l = ours(sidx, m, &c2);
+        for (auto& l : lin[sidx]) cuda::set_fused_max_m(*l, -1);
+        char row[256];
+        std::snprintf(row, sizeof row, "| %lld×%lld | %lld | %s | %.1f | %.1f | %s |", static_cast<long long>(n),
+                      static_cast<long long>(k), static_cast<long long>(m), semantics_name(sems[sidx]), us_f, us_l,
+                      (c1 <= 1 && c2 <= 1) ? "ok" : "FAIL");
+        all_ok = all_ok && c1 <= 1 && c2 <= 1;
+        xover_rows.push_back(row);
+      }
+    cudaFree(dx);
+    cudaFree(dy);
+    for (auto p : wb) cudaFree(p);
+  }
+  std::printf("\nCrossover: fused kernel vs dequantize+cuBLAS (µs)\n\n| N×K | M | semantics | fused | cuBLAS path | check |\n|---|---:|---|---:|---:|---|\n");
+  for (auto& r : xover_rows) std::printf("%s\n", r.c_str());
+  std::printf("\n%s\n", all_ok ? "all outputs within bound" : "SOME OUTPUTS FAILED THE CHECK");
+  return all_ok ? 0 : 1;
+}

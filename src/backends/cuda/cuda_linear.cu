@@ -1,0 +1,289 @@
+// CudaLinear: one NVFP4 linear prepared on a CUDA device (weights in the fragment order of
+// weight_layout.h, uploaded once) and the dispatch between the fused kernel (small M) and the large-M path
+// (weight tiles dequantized into a bounded workspace, then cuBLAS with f32 compute).
+#include "backends/cuda/cuda_util.cuh"
+// (cuda_util.cuh first, see there.)
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+#include <vector>
+
+#include "backends/cuda/cuda_linear.h"
+#include "backends/cuda/cuda_linear_internal.h"
+#include "backends/cuda/gemm.cuh"
+#include "backends/cuda/quantize.cuh"
+#include "backends/cuda/weight_layout.h"
+#include "format/numerics.h"
+
+namespace nvfp4::cuda {
+
+using detail::ceil_div;
+using detail::check_cuda;
+
+bool kernels_available(int device, std::string* why) {
+  auto say = [&](const std::string& s) {
+    if (why) *why = s;
+    return false;
+  };
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return say(std::string("no usable CUDA device (") + cudaGetErrorString(e) + ")");
+  }
+  if (device < 0 || device >= count)
+    return say("CUDA device " + std::to_string(device) + " does not exist (" + std::to_string(count) + " found)");
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    cudaGetLastError();
+    return say("cannot query CUDA device " + std::to_string(device));
+  }
+  if (prop.major < 8)
+    return say(std::string(prop.name) + " is sm_" + std::to_string(prop.major * 10 + prop.minor) +
+               "; the CUDA kernels need sm_80 or newer");
+  // Does this binary carry code the device can run? Ask the runtime about one of our kernels.
+  if (!detail::has_kernel_image(device))
+    return say(std::string("this binary carries no CUDA code for ") + prop.name + " (sm_" +
+               std::to_string(prop.major * 10 + prop.minor) + ")");
+  if (why) why->clear();
+  return true;
+}
+
+namespace {
+
+constexpr int64_t kWeightChunkBytes = 32ll << 20;  // bound of the dequantized weight tile workspace
+
+
+template <typename P>
+struct DevBuf {
+  P* p = nullptr;
+  size_t bytes = 0;
+  DevBuf() = default;
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  ~DevBuf() {
+    if (p) cudaFree(p);
+  }
+  void alloc(size_t n) {
+    if (p) cudaFree(p);
+    p = nullptr;
+    bytes = 0;
+    if (n == 0) return;
+    void* q = nullptr;
+    check_cuda(cudaMalloc(&q, n), "cudaMalloc");
+    p = static_cast<P*>(q);
+    bytes = n;
+  }
+  void upload(const void* src, size_t n) {
+    alloc(n);
+    if (n) check_cuda(cudaMemcpy(p, src, n, cudaMemcpyHostToDevice), "cudaMemcpy (upload)");
+  }
+};
+
+// Grow-only per-object scratch; growing synchronizes the device and cannot happen during graph capture.
+struct Scratch {
+  DevBuf<uint8_t> buf;
+  uint8_t* get(size_t n, cudaStream_t stream) {
+    if (buf.bytes >= n) return buf.p;
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    check_cuda(cudaStreamIsCapturing(stream, &st), "cudaStreamIsCapturing");
+    NVFP4_CHECK(st == cudaStreamCaptureStatusNone,
+                "cuda linear: workspace of " + std::to_string(n) +
+                    " bytes needed while capturing a CUDA graph; run the largest M once before capturing");
+    check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize (workspace growth)");
+    buf.alloc(std::max(n, buf.bytes * 2));
+    return buf.p;
+  }
+};
+
+class CudaLinearImpl final : public CudaLinear {
+ public:
+  CudaLinearImpl(const LinearWeights& w, const FragmentWeights* prepared, Semantics s, DType act, int device)
+      : sem_(s), act_(act), device_(device) {
+    NVFP4_CHECK(act == DType::BF16 || act == DType::F16,
+                "cuda linear '" + w.name + "': activation dtype " + dtype_name(act) + ", expected BF16 or F16");
+    NVFP4_CHECK(s == Semantics::W4A16 || w.has_input_scale,
+                "cuda linear '" + w.name + "': semantics " + semantics_name(s) +
+                    " needs an input global scale, and the layer has none");
+    NVFP4_CHECK(w.weight.rows > 0 && w.weight.rows < (1 << 30) && w.weight.cols > 0 && w.weight.cols < (1 << 30),
+                "cuda linear '" + w.name + "': bad weight shape (" + std::to_string(w.weight.rows) + ", " +
+                    std::to_string(w.weight.cols) + ")");
+    NVFP4_CHECK(w.bias.empty() || static_cast<int64_t>(w.bias.size()) == w.weight.rows,
+                "cuda linear '" + w.name + "': bias has " + std::to_string(w.bias.size()) + " values, expected " +
+                    std::to_string(w.weight.rows));
+    if (s != Semantics::W4A16)
+      NVFP4_CHECK(w.input_global.enc > 0.0f && std::isfinite(w.input_global.enc),
+                  "cuda linear '" + w.name + "': input global scale " + std::to_string(w.input_global.enc) +
+                      " is not finite positive");
+    std::string why;
+    NVFP4_CHECK(kernels_available(device, &why), "cuda linear '" + w.name + "': " + why);
+    check_cuda(cudaSetDevice(device), "cudaSetDevice");
+
+    FragmentWeights own;
+    if (!prepared) own = make_fragment_weights(w.weight);
+    const FragmentWeights& f = prepared ? *prepared : own;
+    NVFP4_CHECK(f.n == w.weight.rows && f.k == w.weight.cols, "cuda linear '" + w.name + "': prepared weight shape mismatch");
+    n_ = f.n;
+    k_ = f.k;
+    n16_ = f.n16;
+    kc_ = f.kc;
+    wq_.upload(f.codes.data(), f.codes.size());
+    ws_.upload(f.scales.data(), f.scales.size());
+    if (!w.bias.empty()) {
+      std::vector<float> b(w.bias.size());
+      for (size_t i = 0; i < b.size(); ++i) b[i] = round_to(act, w.bias[i]);
+      bias_.upload(b.data(), b.size() * sizeof(float));
+    }
+    w_dec_ = w.weight.global.dec;
+    x_enc_ = w.input_global.enc;
+    x_dec_ = w.input_global.dec;
+    check_cuda(cudaGetLastError(), "upload");
+    if (cublasCreate(&blas_) != CUBLAS_STATUS_SUCCESS) fail("cuda linear '" + w.name + "': cublasCreate failed");
+    blas_ws_.alloc(32u << 20);
+    cublasSetWorkspace(blas_, blas_ws_.p, blas_ws_.bytes);
+    const int64_t rows = std::max<int64_t>(128, kWeightChunkBytes / (2 * k_) / 128 * 128);
+    chunk_rows_ = static_cast<int>(std::min<int64_t>(rows, n16_ * 16));
+    fused_max_m_ = default_fused_max_m(s, n_, k_);
+  }
+  void set_fused_max_m(int64_t m) { fused_max_m_ = m < 0 ? default_fused_max_m(sem_, n_, k_) : m; }
+  ~CudaLinearImpl() override {
+    if (blas_) cublasDestroy(blas_);
+  }
+
+  Semantics semantics() const override { return sem_; }
+  int64_t out_features() const override { return n_; }
+  int64_t in_features() const override { return k_; }
+
+  void run(const void* x, int64_t m, void* y, void* stream_v) const override {
+    NVFP4_CHECK(m >= 0, "cuda linear: negative M " + std::to_string(m));
+    if (m == 0) return;
+    NVFP4_CHECK(m < (1ll << 31), "cuda linear: M " + std::to_string(m) + " too large");
+    NVFP4_CHECK(x && y, "cuda linear: null x or y");
+    NVFP4_CHECK(reinterpret_cast<uintptr_t>(x) % 16 == 0,
+                "cuda linear: x must be 16-byte aligned (rows of K = " + std::to_string(k_) + " values)");
+    cudaStream_t stream = static_cast<cudaStream_t>(stream_v);
+    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+    std::lock_guard<std::mutex> lock(mu_);
+    detail::GemmParams p = params(m, y);
+    const bool large = m > fused_max_m_;
+    const bool bf16 = act_ == DType::BF16;
+    const float shift = bf16 ? 256.0f : 128.0f;  // 2^c of cuda_util.cuh's kProductShift
+    if (sem_ == Semantics::W4A16) {
+      if (large) return run_large(static_cast<const uint8_t*>(x), m, y, w_dec_, false, stream);
+      p.x = x;
+      p.out_scale = w_dec_ * shift;
+      return fused(p, detail::Mode::W4A16, stream);
+    }
+    const bool vllm = sem_ == Semantics::W4A4_VLLM;
+    const size_t codes_bytes = static_cast<size_t>(m * (k_ / 2));
+    const size_t scale_bytes = static_cast<size_t>(m * (k_ / 16));
+    const size_t deq_bytes = large ? static_cast<size_t>(m * k_ * 2) : 0;
+    uint8_t* ws = act_ws_.get(codes_bytes + scale_bytes + deq_bytes + 64, stream);
+    uint8_t* codes = ws;
+    uint8_t* scales = ws + codes_bytes;
+    detail::launch_quantize(x, act_, m, k_, x_enc_, codes, scales, ScaleLayout::Linear,
+                            large ? detail::CodeOrder::Linear : detail::CodeOrder::Fragment, stream);
+    // alpha = f32(D_x · D_w) (native); the vLLM flavour has no output factor.
+    const float alpha = vllm ? 1.0f : x_dec_ * w_dec_;
+    if (large) {
+      uint8_t* deq = ws + ((codes_bytes + scale_bytes + 15) / 16) * 16;
+      detail::launch_dequant_act(codes, scales, m, static_cast<int>(k_), act_, vllm, x_enc_, deq, stream);
+      return run_large(deq, m, y, alpha, vllm, stream);
+    }
+    p.x = codes;
+    p.xs = scales;
+    p.out_scale = vllm ? 1.0f : alpha * shift * shift;
+    fused(p, vllm ? detail::Mode::W4A4_VLLM : detail::Mode::W4A4, stream);
+  }
+
+ private:
+  detail::GemmParams params(int64_t m, void* y) const {
+    detail::GemmParams p;
+    p.wq = reinterpret_cast<const uint4*>(wq_.p);
+    p.ws = reinterpret_cast<const uint16_t*>(ws_.p);
+    p.y = y;
+    p.bias = bias_.p;
+    p.m = m;
+    p.n = static_cast<int>(n_);
+    p.k = static_cast<int>(k_);
+    p.n16 = static_cast<int>(n16_);
+    p.kc = static_cast<int>(kc_);
+    p.w_dec = w_dec_;
+    p.x_gs = x_enc_;
+    return p;
+  }
+
+  void fused(detail::GemmParams& p, detail::Mode mode, cudaStream_t stream) const {
+    const int nt = p.m <= 8 ? 1 : p.m <= 16 ? 2 : 4;
+    // K split inside a block: enough chunks per warp to keep loads in flight, and enough blocks to fill
+    // the device.
+    int wk = 8;
+    while (wk > 1 && p.kc / wk < 4) wk /= 2;
+    p.wk = wk;
+    detail::launch_fused_gemm(p, act_, mode, nt, stream);
+  }
+
+  // y = T(alpha · x_T · W_Tᵀ) through cuBLAS (f32 compute), weight tiles of chunk_rows_ rows dequantized
+  // to T (exact: e2m1·S; vLLM: T(e2m1·f32(S·D_w))), then the bias.
+  void run_large(const uint8_t* xt, int64_t m, void* y, float alpha, bool vllm, cudaStream_t stream) const {
+    detail::GemmParams p = params(m, y);
+    uint8_t* wbuf = w_ws_.get(static_cast<size_t>(chunk_rows_) * k_ * 2, stream);
+    cublasSetStream(blas_, stream);
+    const cudaDataType_t dt = act_ == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    const float beta = 0.0f;
+    for (int64_t n0 = 0; n0 < n_; n0 += chunk_rows_) {
+      const int rows = static_cast<int>(std::min<int64_t>(chunk_rows_, n16_ * 16 - n0));
+      detail::launch_dequant_weight(p, act_, vllm, static_cast<int>(n0), rows, wbuf, stream);
+      const int nn = static_cast<int>(std::min<int64_t>(rows, n_ - n0));
+      uint8_t* yc = static_cast<uint8_t*>(y) + n0 * 2;
+      const cublasStatus_t st =
+          cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, nn, static_cast<int>(m), static_cast<int>(k_), &alpha, wbuf,
+                       dt, static_cast<int>(k_), xt, dt, static_cast<int>(k_), &beta, yc, dt, static_cast<int>(n_),
+                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      NVFP4_CHECK(st == CUBLAS_STATUS_SUCCESS, "cuda linear: cublasGemmEx failed (status " +
+                                                   std::to_string(static_cast<int>(st)) + ")");
+    }
+    if (bias_.p) detail::launch_add_bias(y, bias_.p, m, static_cast<int>(n_), act_, stream);
+  }
+
+  Semantics sem_;
+  DType act_;
+  int device_;
+  int64_t n_ = 0, k_ = 0, n16_ = 0, kc_ = 0;
+  int chunk_rows_ = 128;
+  int64_t fused_max_m_ = 64;
+  float w_dec_ = 1.0f, x_enc_ = 1.0f, x_dec_ = 1.0f;
+  DevBuf<uint8_t> wq_, ws_;
+  DevBuf<float> bias_;
+  DevBuf<uint8_t> blas_ws_;
+  cublasHandle_t blas_ = nullptr;
+  mutable Scratch act_ws_, w_ws_;
+  mutable std::mutex mu_;
+};
+
+}  // namespace
+
+std::unique_ptr<CudaLinear> CudaLinear::create(const LinearWeights& w, Semantics s, DType act, int device) {
+  return std::make_unique<CudaLinearImpl>(w, nullptr, s, act, device);
+}
+
+std::unique_ptr<CudaLinear> create_prepared(const LinearWeights& w, const FragmentWeights& f, Semantics s,
+                                            DType act, int device) {
+  return std::make_unique<CudaLinearImpl>(w, &f, s, act, device);
+}
+
+void set_fused_max_m(CudaLinear& l, int64_t fused_max_m) {
+  dynamic_cast<CudaLinearImpl&>(l).set_fused_max_m(fused_max_m);
+}
+
+// Largest M on the fused kernel; above it, dequantized weight tiles + cuBLAS (docs/PERF.md, crossover).
+int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k) {
+  (void)s;
+  (void)n;
+  (void)k;
+  return 64;
+}
+
+}  // namespace nvfp4::cuda

@@ -1,0 +1,22 @@
+// Internals of the CUDA executor that the benchmark and tests use; not part of interface (b).
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include "backends/cuda/cuda_linear.h"
+#include "backends/cuda/weight_layout.h"
+
+namespace nvfp4::cuda {
+
+// create() from an already prepared weight (w supplies shape, scalars and bias; its codes are not read).
+std::unique_ptr<CudaLinear> create_prepared(const LinearWeights& w, const FragmentWeights& f, Semantics s,
+                                            DType act, int device);
+
+// Path selection override: M <= fused_max_m runs the fused kernel, larger M the dequantize + cuBLAS path.
+// A negative value restores the default crossover.
+void set_fused_max_m(CudaLinear& l, int64_t fused_max_m);
+
+// Default crossover (largest M on the fused kernel) for a layer of this shape and semantics.
+int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k);
+
+}  // namespace nvfp4::cuda

@@ -1,0 +1,97 @@
+// Shared device-side helpers of the CUDA executor: error checks, the NVFP4 codecs as bit operations,
+// and the swizzle formula of format/swizzle.h made callable from device code.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "common/error.h"
+
+// format/swizzle.h is the one definition of the 128x4 swizzle. Its inline functions are plain C++; to call
+// them from kernels they are compiled here as __host__ __device__ (only its inline functions are affected).
+#define NVFP4_SWIZZLE_HD_INLINE __host__ __device__ inline
+#pragma push_macro("inline")
+#define inline NVFP4_SWIZZLE_HD_INLINE
+#include "format/swizzle.h"
+#pragma pop_macro("inline")
+
+namespace nvfp4::cuda::detail {
+
+inline void check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) fail(std::string("cuda: ") + what + ": " + cudaGetErrorString(e));
+}
+#define NVFP4_CUDA_CHECK(expr) ::nvfp4::cuda::detail::check_cuda((expr), #expr)
+
+// e4m3 (e4m3fn) byte -> f32, exact; 0x7F/0xFF -> NaN. (code & 0x7F) << 20 places exponent and mantissa in
+// the f32 fields, giving value · 2^-120 (subnormal e4m3 become f32 subnormals); the multiply restores it.
+__device__ __forceinline__ float e4m3_to_f32(uint32_t code) {
+  const uint32_t c = code & 0x7F;
+  float v = __fmul_rn(__uint_as_float(c << 20), 0x1p120f);
+  if (c == 0x7F) v = __uint_as_float(0x7FC00000u);
+  return (code & 0x80) ? -v : v;
+}
+
+// Non-negative f32 (already clamped to <= 448) -> e4m3 with round to nearest even; NaN -> 0x7F.
+__device__ __forceinline__ uint32_t e4m3_from_f32_pos(float x) {
+  if (!(x == x)) return 0x7F;
+  if (x < 0.015625f) return static_cast<uint32_t>(__float2int_rn(__fmul_rn(x, 512.0f)));  // m · 2^-9
+  const uint32_t b = __float_as_uint(x);
+  const uint32_t r = (b + 0x7FFFFu + ((b >> 20) & 1u)) >> 20;
+  return r - (120u << 3);
+}
+
+// SPEC §1 E2M1 encoding of an f32 (the clamp to ±6 is implied: everything above 5 maps to 6).
+__device__ __forceinline__ uint32_t e2m1_from_f32(float y) {
+  const float a = fabsf(y);
+  uint32_t m = (a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) + (a >= 3.5f) + (a > 5.0f);
+  const uint32_t s = (signbit(y) && !(y != y)) ? 8u : 0u;
+  return m | s;
+}
+
+// ---- 16-bit activation types -----------------------------------------------------------------------
+template <typename T> struct Act;
+template <> struct Act<__nv_bfloat16> {
+  using T2 = __nv_bfloat162;
+  // A byte-pair register holding nibbles at slots (3-p, 7-p) shifted so that slot 3 / 7 are in place:
+  // bits 12..15 and 28..31. Output: bf16x2 whose value is e2m1 · 2^-126.
+  static __device__ __forceinline__ uint32_t nib_bits(uint32_t q) {
+    return (q & 0x80008000u) | ((q & 0x70007000u) >> 6);
+  }
+  static constexpr int kScaleShift = 118;  // scale register = S · 2^118 -> product e2m1·S·2^-8
+  static constexpr int kProductShift = 8;  // dequantized value = e2m1·S · 2^-kProductShift
+  static __device__ __forceinline__ float to_f32(T2 v, int hi) {
+    return hi ? __high2float(v) : __low2float(v);
+  }
+  static __device__ __forceinline__ T2 pack(float lo, float hi) { return __floats2bfloat162_rn(lo, hi); }
+  static __device__ __forceinline__ __nv_bfloat16 one(float v) { return __float2bfloat16_rn(v); }
+  static __device__ __forceinline__ float back(__nv_bfloat16 v) { return __bfloat162float(v); }
+  static __device__ __forceinline__ uint32_t nib_unit_bits() { return 0x7E807E80u; }  // (2^126, 2^126)
+};
+template <> struct Act<__half> {
+  using T2 = __half2;
+  // Output: f16x2 whose value is e2m1 · 2^-14 (0.5 becomes the subnormal 2^-15, exact).
+  static __device__ __forceinline__ uint32_t nib_bits(uint32_t q) {
+    return (q & 0x80008000u) | ((q & 0x70007000u) >> 3);
+  }
+  static constexpr int kScaleShift = 7;    // scale register = S · 2^7 -> product e2m1·S·2^-7 (<= 21)
+  static constexpr int kProductShift = 7;
+  static __device__ __forceinline__ float to_f32(T2 v, int hi) {
+    return hi ? __high2float(v) : __low2float(v);
+  }
+  static __device__ __forceinline__ T2 pack(float lo, float hi) { return __floats2half2_rn(lo, hi); }
+  static __device__ __forceinline__ __half one(float v) { return __float2half_rn(v); }
+  static __device__ __forceinline__ float back(__half v) { return __half2float(v); }
+  static __device__ __forceinline__ uint32_t nib_unit_bits() { return 0x74007400u; }  // (2^14, 2^14)
+};
+
+__device__ __forceinline__ uint32_t as_u32(__nv_bfloat162 v) { return *reinterpret_cast<uint32_t*>(&v); }
+__device__ __forceinline__ uint32_t as_u32(__half2 v) { return *reinterpret_cast<uint32_t*>(&v); }
+template <typename T2> __device__ __forceinline__ T2 from_u32(uint32_t u) { return *reinterpret_cast<T2*>(&u); }
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace nvfp4::cuda::detail

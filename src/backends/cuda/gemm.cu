@@ -1,0 +1,332 @@
+// Fused mixed-input GEMM for NVFP4 weights (SPEC §5), tensor cores via mma.sync m16n8k16 (sm_80+),
+// fp32 accumulation. Weights stay FP4 in memory (weight_layout.h's fragment order) and are dequantized in
+// registers:
+//   exact modes (w4a16, w4a4): the nibble is moved into the exponent/mantissa bits of T (value e2m1·2^-b)
+//     and multiplied by a T register holding S·2^(b-c); the product e2m1·S·2^-c is exact in T (<= 6
+//     significant bits, no overflow, subnormals exact), and 2^c (c = 8 bf16, 7 f16) is folded into the f32
+//     output factor, which is exact because it is a power of two.
+//   vLLM flavour: T( e2m1 · f32(scale) ) computed in f32 and rounded to T, per element.
+#include "backends/cuda/cuda_util.cuh"
+#include "backends/cuda/gemm.cuh"
+
+namespace nvfp4::cuda::detail {
+namespace {
+
+template <typename T> __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                                              uint32_t b1);
+template <> __device__ __forceinline__ void mma16816<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4],
+                                                                    uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <> __device__ __forceinline__ void mma16816<__half>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                                             uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Streaming 16-byte load (weights are read once per call: keep them out of L1).
+__device__ __forceinline__ uint4 ld_stream(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// Scale register for the exact modes: S · 2^kScaleShift broadcast to both halves (exact in T).
+template <typename T> __device__ __forceinline__ uint32_t exact_scale2(uint32_t s8) {
+  using A = Act<T>;
+  const float f = __fmul_rn(e4m3_to_f32(s8), __uint_as_float(static_cast<uint32_t>(127 + A::kScaleShift) << 23));
+  return as_u32(A::pack(f, f));
+}
+
+// One fragment register from the nibble pair brought to bits 12..15 / 28..31 of q.
+template <typename T, bool kVllm>
+__device__ __forceinline__ uint32_t deq_pair(uint32_t q, uint32_t scale2, float scale_f) {
+  using A = Act<T>;
+  using T2 = typename A::T2;
+  const T2 bits = from_u32<T2>(A::nib_bits(q));
+  if (!kVllm) return as_u32(__hmul2(bits, from_u32<T2>(scale2)));
+  const T2 v = __hmul2(bits, from_u32<T2>(A::nib_unit_bits()));  // exact e2m1 values
+  return as_u32(A::pack(__fmul_rn(A::to_f32(v, 0), scale_f), __fmul_rn(A::to_f32(v, 1), scale_f)));
+}
+
+template <typename T, int kMode, int kNT>
+__global__ void __launch_bounds__(256) fused_gemm_kernel(const GemmParams p) {
+  using A = Act<T>;
+  constexpr bool kVllm = kMode == static_cast<int>(Mode::W4A4_VLLM);
+  constexpr bool kActQ = kMode != static_cast<int>(Mode::W4A16);
+  constexpr int kU = kNT <= 2 ? 4 : 2;  // chunks loaded ahead per iteration
+  __shared__ float red[8][kNT][4][32];
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int wk = p.wk, wn = warp / wk, kk = warp % wk;
+  const int ntile = blockIdx.y * (8 / wk) + wn;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * 8 * kNT;
+  const bool active = ntile < p.n16;
+
+  float acc[kNT][4];
+#pragma unroll
+  for (int j = 0; j < kNT; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[j][i] = 0.0f;
+
+  if (active) {
+    const int per = (p.kc + wk - 1) / wk;
+    const int c0 = kk * per, c1 = min(p.kc, c0 + per);
+    int64_t rows[kNT];
+#pragma unroll
+    for (int j = 0; j < kNT; ++j) rows[j] = min(m0 + 8 * j + g, p.m - 1);
+    const uint4* wp = p.wq + static_cast<int64_t>(ntile) * p.kc * 32 + lane;
+    const uint16_t* sp = p.ws + static_cast<int64_t>(ntile) * p.kc * 32 + lane;
+
+    for (int c = c0; c < c1; c += kU) {
+      uint4 wv[kU];
+      uint32_t sv[kU];
+      uint4 xv[kU][kNT][kActQ ? 1 : 2];  // W4A4: .x/.y codes, .z scale byte
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        const int cu = c + u;
+        const bool in = cu < c1;
+        wv[u] = in ? ld_stream(wp + static_cast<int64_t>(cu) * 32) : make_uint4(0, 0, 0, 0);
+        sv[u] = in ? sp[static_cast<int64_t>(cu) * 32] : 0u;
+        const int k0 = cu * 64 + 16 * t;
+        const bool kin = in && k0 < p.k;
+#pragma unroll
+        for (int j = 0; j < kNT; ++j) {
+          if (!kActQ) {
+            const uint4* xp = reinterpret_cast<const uint4*>(static_cast<const T*>(p.x) + rows[j] * p.k + k0);
+            xv[u][j][0] = kin ? xp[0] : make_uint4(0, 0, 0, 0);
+            xv[u][j][kActQ ? 0 : 1] = kin ? xp[1] : make_uint4(0, 0, 0, 0);
+          } else {
+            const uint8_t* cp = static_cast<const uint8_t*>(p.x) + rows[j] * (p.k / 2) + k0 / 2;
+            const uint2 cv = kin ? *reinterpret_cast<const uint2*>(cp) : make_uint2(0, 0);
+            const uint32_t s = kin ? p.xs[rows[j] * (p.k / 16) + k0 / 16] : 0u;
+            xv[u][j][0] = make_uint4(cv.x, cv.y, s, 0);
+          }
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        if (c + u >= c1) break;
+        // weight scales of rows g and g+8
+        uint32_t ws2[2] = {0, 0};
+        float wsf[2] = {0.f, 0.f};
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint32_t s8 = (sv[u] >> (8 * h)) & 0xFF;
+          if (kVllm) wsf[h] = __fmul_rn(e4m3_to_f32(s8), p.w_dec);
+          else ws2[h] = exact_scale2<T>(s8);
+        }
+        uint32_t xs2[kNT];
+        float xsf[kNT];
+        if (kActQ) {
+#pragma unroll
+          for (int j = 0; j < kNT; ++j) {
+            const uint32_t s8 = xv[u][j][0].z;
+            if (kVllm) {
+              xsf[j] = __fdiv_rn(e4m3_to_f32(s8), p.x_gs);
+              xs2[j] = 0;
+            } else {
+              xs2[j] = exact_scale2<T>(s8);
+              xsf[j] = 0.f;
+            }
+          }
+        }
+        const uint32_t wq[4] = {wv[u].x, wv[u].y, wv[u].z, wv[u].w};
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {
+          uint32_t a[4];
+#pragma unroll
+          for (int pp = 0; pp < 4; ++pp) a[pp] = deq_pair<T, kVllm>(wq[s] << (4 * pp), ws2[pp & 1], wsf[pp & 1]);
+#pragma unroll
+          for (int j = 0; j < kNT; ++j) {
+            uint32_t b0, b1;
+            if (!kActQ) {
+              const uint4& lo = xv[u][j][0];
+              const uint4& hi = xv[u][j][kActQ ? 0 : 1];
+              const uint32_t w8[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+              b0 = w8[2 * s];
+              b1 = w8[2 * s + 1];
+            } else {
+              const uint32_t word = (s < 2) ? xv[u][j][0].x : xv[u][j][0].y;
+              const int p0 = 2 * (s % 2);
+              b0 = deq_pair<T, kVllm>(word << (4 * p0), xs2[j], xsf[j]);
+              b1 = deq_pair<T, kVllm>(word << (4 * (p0 + 1)), xs2[j], xsf[j]);
+            }
+            mma16816<T>(acc[j], a, b0, b1);
+          }
+        }
+      }
+    }
+  }
+
+  if (wk > 1) {
+#pragma unroll
+    for (int j = 0; j < kNT; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) red[warp][j][i][lane] = acc[j][i];
+    __syncthreads();
+    if (kk == 0) {
+      for (int w = 1; w < wk; ++w)
+#pragma unroll
+        for (int j = 0; j < kNT; ++j)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) acc[j][i] += red[warp + w][j][i][lane];
+    }
+  }
+  if (kk != 0 || !active) return;
+  T* y = static_cast<T*>(p.y);
+#pragma unroll
+  for (int j = 0; j < kNT; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int n = ntile * 16 + g + 8 * (i >> 1);
+      const int64_t tok = m0 + 8 * j + 2 * t + (i & 1);
+      if (n >= p.n || tok >= p.m) continue;
+      T out = A::one(__fmul_rn(acc[j][i], p.out_scale));
+      if (p.bias) out = A::one(__fadd_rn(A::back(out), p.bias[n]));
+      y[tok * p.n + n] = out;
+    }
+}
+
+template <typename T, int kMode>
+void launch_mode(const GemmParams& p, int nt, cudaStream_t stream) {
+  const int tiles_per_block = 8 / p.wk;
+  dim3 grid(static_cast<unsigned>(ceil_div(p.m, 8 * nt)), static_cast<unsigned>(ceil_div(p.n16, tiles_per_block)));
+  switch (nt) {
+    case 1: fused_gemm_kernel<T, kMode, 1><<<grid, 256, 0, stream>>>(p); break;
+    case 2: fused_gemm_kernel<T, kMode, 2><<<grid, 256, 0, stream>>>(p); break;
+    default: fused_gemm_kernel<T, kMode, 4><<<grid, 256, 0, stream>>>(p); break;
+  }
+}
+
+template <typename T>
+void launch_t(const GemmParams& p, Mode mode, int nt, cudaStream_t stream) {
+  switch (mode) {
+    case Mode::W4A16: launch_mode<T, 0>(p, nt, stream); break;
+    case Mode::W4A4: launch_mode<T, 1>(p, nt, stream); break;
+    case Mode::W4A4_VLLM: launch_mode<T, 2>(p, nt, stream); break;
+  }
+}
+
+__device__ __forceinline__ float e2m1_to_f32(uint32_t code) {
+  const float m = static_cast<float>((0xC8643210u >> (4 * (code & 7))) & 0xF) * 0.5f;
+  return (code & 8) ? -m : m;
+}
+
+// One thread per (tile, chunk, lane): rows g and g+8, 16 K values each.
+template <typename T>
+__global__ void dequant_weight_kernel(const GemmParams p, bool vllm, int n0, int rows, T* __restrict__ out) {
+  using A = Act<T>;
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int tiles = rows / 16;
+  if (idx >= static_cast<int64_t>(tiles) * p.kc * 32) return;
+  const int lane = idx % 32;
+  const int c = (idx / 32) % p.kc;
+  const int nt = n0 / 16 + static_cast<int>(idx / 32 / p.kc);
+  const int g = lane >> 2, t = lane & 3;
+  const int k0 = c * 64 + 16 * t;
+  if (k0 >= p.k) return;
+  const uint4 wv = p.wq[(static_cast<int64_t>(nt) * p.kc + c) * 32 + lane];
+  const uint32_t sv = p.ws[(static_cast<int64_t>(nt) * p.kc + c) * 32 + lane];
+  const uint32_t wq[4] = {wv.x, wv.y, wv.z, wv.w};
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int n = nt * 16 + g + 8 * h;
+    if (n >= p.n) continue;
+    const float s = e4m3_to_f32((sv >> (8 * h)) & 0xFF);
+    const float sc = vllm ? __fmul_rn(s, p.w_dec) : s;
+    alignas(16) T vals[16];
+#pragma unroll
+    for (int s4 = 0; s4 < 4; ++s4)
+#pragma unroll
+      for (int pr = 0; pr < 2; ++pr)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int pp = h + 2 * pr;  // register index: row g+8·h, k 4s+2pr+j
+          const int slot = (j ? 7 : 3) - pp;
+          const uint32_t code = (wq[s4] >> (4 * slot)) & 0xF;
+          vals[4 * s4 + 2 * pr + j] = A::one(__fmul_rn(e2m1_to_f32(code), sc));
+        }
+    uint4* dst = reinterpret_cast<uint4*>(out + static_cast<int64_t>(n - n0) * p.k + k0);
+    dst[0] = reinterpret_cast<const uint4*>(vals)[0];
+    dst[1] = reinterpret_cast<const uint4*>(vals)[1];
+  }
+}
+
+template <typename T>
+__global__ void dequant_act_kernel(const uint8_t* __restrict__ codes, const uint8_t* __restrict__ scales, int64_t m,
+                                   int k, bool vllm, float gs, T* __restrict__ out) {
+  using A = Act<T>;
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int groups = k / 16;
+  if (idx >= m * groups) return;
+  const float s = e4m3_to_f32(scales[idx]);
+  const float sc = vllm ? __fdiv_rn(s, gs) : s;
+  const uint2 cv = reinterpret_cast<const uint2*>(codes)[idx];
+  const uint32_t w[2] = {cv.x, cv.y};
+  alignas(16) T vals[16];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) vals[i] = A::one(__fmul_rn(e2m1_to_f32((w[i / 8] >> (4 * (i % 8))) & 0xF), sc));
+  uint4* dst = reinterpret_cast<uint4*>(out + idx * 16);
+  dst[0] = reinterpret_cast<const uint4*>(vals)[0];
+  dst[1] = reinterpret_cast<const uint4*>(vals)[1];
+}
+
+template <typename T>
+__global__ void add_bias_kernel(T* __restrict__ y, const float* __restrict__ bias, int64_t m, int n) {
+  using A = Act<T>;
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= m * n) return;
+  y[idx] = A::one(__fadd_rn(A::back(y[idx]), bias[idx % n]));
+}
+
+}  // namespace
+
+void launch_fused_gemm(const GemmParams& p, DType act, Mode mode, int nt, cudaStream_t stream) {
+  if (act == DType::BF16) launch_t<__nv_bfloat16>(p, mode, nt, stream);
+  else launch_t<__half>(p, mode, nt, stream);
+  NVFP4_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_dequant_weight(const GemmParams& p, DType act, bool vllm, int n0, int rows, void* out,
+                           cudaStream_t stream) {
+  const int64_t threads = static_cast<int64_t>(rows / 16) * p.kc * 32;
+  const unsigned blocks = static_cast<unsigned>(ceil_div(threads, 256));
+  if (act == DType::BF16)
+    dequant_weight_kernel<__nv_bfloat16><<<blocks, 256, 0, stream>>>(p, vllm, n0, rows,
+                                                                    static_cast<__nv_bfloat16*>(out));
+  else
+    dequant_weight_kernel<__half><<<blocks, 256, 0, stream>>>(p, vllm, n0, rows, static_cast<__half*>(out));
+  NVFP4_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_dequant_act(const uint8_t* codes, const uint8_t* scales, int64_t m, int k, DType act, bool vllm,
+                        float gs, void* out, cudaStream_t stream) {
+  const unsigned blocks = static_cast<unsigned>(ceil_div(m * (k / 16), 256));
+  if (act == DType::BF16)
+    dequant_act_kernel<__nv_bfloat16><<<blocks, 256, 0, stream>>>(codes, scales, m, k, vllm, gs,
+                                                                 static_cast<__nv_bfloat16*>(out));
+  else
+    dequant_act_kernel<__half><<<blocks, 256, 0, stream>>>(codes, scales, m, k, vllm, gs, static_cast<__half*>(out));
+  NVFP4_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_add_bias(void* y, const float* bias, int64_t m, int n, DType act, cudaStream_t stream) {
+  const unsigned blocks = static_cast<unsigned>(ceil_div(m * n, 256));
+  if (act == DType::BF16)
+    add_bias_kernel<__nv_bfloat16><<<blocks, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(y), bias, m, n);
+  else
+    add_bias_kernel<__half><<<blocks, 256, 0, stream>>>(static_cast<__half*>(y), bias, m, n);
+  NVFP4_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace nvfp4::cuda::detail

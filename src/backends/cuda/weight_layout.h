@@ -1,0 +1,51 @@
+// Kernel-private weight layout of the CUDA GEMM kernels, made once at load from the linear layout (SPEC §2),
+// plus its inverse (for the round-trip test). Plain C++.
+//
+// The GEMM computes yᵀ = W · xᵀ with mma.sync m16n8k16: 16 weight rows are the A operand, 8 tokens the B
+// operand. Within a K chunk of 64, lane (g = lane/4, t = lane%4) owns rows g and g+8 of the 16-row tile and
+// the 16 consecutive K values [16t, 16t+16) (one scale group per row). Its MMA step s (0..3) uses
+// k = 16t + 4s + {0,1,2,3}: the A/B fragment columns {2t, 2t+1, 2t+8, 2t+9} are mapped to those K values
+// (the same permutation on both operands leaves the dot product unchanged).
+//
+// codes: [N16][KC][32 lanes] x 16 bytes (uint32 word s = step s). In word s the fragment register p
+//   (p = 0: row g, k 4s+0/1; 1: row g+8, k 4s+0/1; 2: row g, k 4s+2/3; 3: row g+8, k 4s+2/3) keeps its
+//   first value in nibble slot 3-p and its second in slot 7-p (slot i = bits 4i..4i+3), so that
+//   `word << 4p` brings register p's two values to bits 12..15 / 28..31.
+// scales: [N16][KC][32 lanes] x 2 bytes: e4m3 of (row g, group 4c+t), (row g+8, group 4c+t).
+// Padding (rows >= N, K >= in_features) is code 0 with scale 0.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "format/quant.h"
+
+namespace nvfp4::cuda {
+
+constexpr int kChunkK = 64;   // K per chunk
+constexpr int kTileN = 16;    // weight rows per tile
+
+struct FragmentWeights {
+  int64_t n = 0, k = 0;       // logical shape
+  int64_t n16 = 0, kc = 0;    // tiles of 16 rows, chunks of 64 K
+  std::vector<uint8_t> codes;   // n16 * kc * 32 * 16
+  std::vector<uint8_t> scales;  // n16 * kc * 32 * 2
+};
+
+// Nibble slot of (step-local) fragment register p, value j (0 = first, 1 = second).
+inline int fragment_slot(int p, int j) { return (j ? 7 : 3) - p; }
+
+// w: codes (n, k/2) and scales (n, k/16) linear; k % 16 == 0 (throws nvfp4::Error otherwise).
+FragmentWeights make_fragment_weights(const Nvfp4Matrix& w);
+// Inverse: linear codes and scales of the logical (n, k) matrix.
+void unpack_fragment_weights(const FragmentWeights& f, std::vector<uint8_t>* codes, std::vector<uint8_t>* scales);
+
+// Same nibble order for a group of 16 activations (8 bytes: two words of two steps each), used by the
+// fused W4A4 path: value i of the group (k = 4s+2r'+j ...) lives in word s/2 at slot fragment_slot(p, j)
+// with p = 2·(s%2) + r', r' = (i%4)/2, j = i%2.
+inline void activation_slot(int i, int* word, int* slot) {
+  const int s = i / 4, r = (i % 4) / 2, j = i % 2;
+  *word = s / 2;
+  *slot = fragment_slot(2 * (s % 2) + r, j);
+}
+
+}  // namespace nvfp4::cuda

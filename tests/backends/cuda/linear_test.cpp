@@ -1,0 +1,202 @@
+// CudaLinear against backends/cpu's f64 reference, every semantics, bf16 and fp16, fused and large-M paths.
+//
+// Error bound (derived, see docs/TESTING.md): in every semantics the operands that reach the tensor cores
+// are exact in T (w4a16: x and e2m1·S·2^-c; w4a4: e2m1·sx·2^-c and e2m1·S·2^-c; w4a4-vllm: x_dq and w_dq),
+// so each product is exact in f32 and the only errors are the f32 additions (any order, tensor-core adds
+// treated as at most 2 ulp: u = 2^-22 per addition), the f32 output factor (one rounding) and the two
+// roundings to T of y = T(T(acc) + bias). With P = Σ_k |product_k| (computed by the same f64 reference on
+// |x| and |W|; quantizing |x| gives |codes| because every rounding is symmetric):
+//   |y - (acc + bias)| <= γ·P + u_T·(|acc| + γ·P) + u_T·|y| + 2·tiny_T,   γ = (K + 2)·2^-22 / (1 - (K + 2)·2^-22)
+// with u_T = 2^-8 (bf16) or 2^-11 (fp16) and tiny_T the half-spacing of T's subnormals (0 for bf16, 2^-25 fp16).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+
+#include "backends/cpu/linear.h"
+#include "backends/cuda/cuda_linear.h"
+#include "backends/cuda/linear_bound.h"
+#include "common/error.h"
+#include "cuda_test_util.h"
+
+namespace nvfp4::cuda::test {
+namespace {
+
+const Semantics kAllSemantics[] = {Semantics::W4A16, Semantics::W4A4, Semantics::W4A4_VLLM};
+
+LinearWeights abs_layer(const LinearWeights& w) {
+  LinearWeights a = w;
+  for (auto& c : a.weight.codes) c &= 0x77;
+  a.bias.clear();
+  return a;
+}
+
+std::vector<uint16_t> abs_act(DType t, const std::vector<uint16_t>& x) {
+  std::vector<uint16_t> a(x);
+  for (auto& v : a) v = to_bits16(t, std::fabs(from_bits16(t, v)));
+  return a;
+}
+
+// Runs the layer on the GPU with a poisoned output (and poisoned guard rows after it); returns y bits.
+std::vector<uint16_t> run_gpu(const LinearWeights& w, Semantics s, DType t, const std::vector<uint16_t>& x,
+                              int64_t m) {
+  const int64_t n = w.out_features(), k = w.in_features();
+  auto lin = CudaLinear::create(w, s, t, 0);
+  DeviceBytes dx(static_cast<size_t>(m * k * 2)), dy(static_cast<size_t>((m + 2) * n * 2));
+  dx.upload(x.data(), static_cast<size_t>(m * k * 2));
+  dy.fill(0xFF);  // NaN in bf16 and fp16
+  lin->run(dx.p, m, dy.p, nullptr);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<uint16_t> y(static_cast<size_t>((m + 2) * n));
+  dy.download(y.data(), y.size() * 2);
+  for (size_t i = static_cast<size_t>(m * n); i < y.size(); ++i)
+    if (y[i] != 0xFFFF) {
+      ADD_FAILURE() << "write past the end of y at element " << i;
+      break;
+    }
+  y.resize(static_cast<size_t>(m * n));
+  return y;
+}
+
+void check_bound(const LinearWeights& w, Semantics s, DType t, const std::vector<uint16_t>& x, int64_t m,
+                 const std::string& what) {
+  const int64_t n = w.out_features(), k = w.in_features();
+  const std::vector<uint16_t> y = run_gpu(w, s, t, x, m);
+  std::vector<double> acc(static_cast<size_t>(m * n)), pabs(static_cast<size_t>(m * n));
+  cpu_linear_reference_f64(w, s, t, x.data(), m, acc.data());
+  const LinearWeights wa = abs_layer(w);
+  const std::vector<uint16_t> xa = abs_act(t, x);
+  cpu_linear_reference_f64(wa, s, t, xa.data(), m, pabs.data());
+  int64_t bad = 0, nan = 0;
+  double worst = 0.0;
+  for (int64_t i = 0; i < m * n; ++i) {
+    const double yv = from_bits16(t, y[static_cast<size_t>(i)]);
+    if (std::isnan(yv)) {
+      ++nan;
+      continue;
+    }
+    const double b = w.bias.empty() ? 0.0 : w.bias[static_cast<size_t>(i % n)];
+    const double a = acc[static_cast<size_t>(i)];
+    const double bound = linear_error_bound(t, k, a, pabs[static_cast<size_t>(i)], yv);
+    const double err = std::fabs(yv - (a + b));
+    if (!(err <= bound)) {
+      if (bad < 3)
+        ADD_FAILURE() << what << ": element (" << i / n << ", " << i % n << ") y=" << yv << " ref=" << a + b
+                      << " err=" << err << " bound=" << bound;
+      ++bad;
+    }
+    if (bound > 0) worst = std::max(worst, err / bound);
+  }
+  EXPECT_EQ(nan, 0) << what << ": NaN (unwritten or poisoned) outputs";
+  EXPECT_EQ(bad, 0) << what << ": elements outside the bound";
+  ::testing::Test::RecordProperty(what, std::to_string(worst));
+}
+
+std::string label(Semantics s, DType t, int64_t m, int64_t n, int64_t k) {
+  return std::string(semantics_name(s)) + "/" + dtype_name(t) + "/m" + std::to_string(m) + "/n" +
+         std::to_string(n) + "/k" + std::to_string(k);
+}
+
+TEST(CudaLinear, AllSemanticsWithinDerivedBound) {
+  NVFP4_REQUIRE_GPU();
+  const int64_t ms[] = {1, 2, 7, 16, 33, 128, 1000, 4096};
+  const int64_t shapes[][2] = {{72, 208}, {33, 16}};
+  uint32_t seed = 100;
+  for (DType t : {DType::BF16, DType::F16})
+    for (const auto& sh : shapes)
+      for (Semantics s : kAllSemantics) {
+        // Realistic scale codes (e4m3 around 0.25..64) and global scales of real checkpoints.
+        const LinearWeights w = random_layer(sh[0], sh[1], scale_range(0x28, 0x5F), 2688.0f / 0.37f, true,
+                                             2688.0f / 9.0f, true, t, seed++);
+        for (int64_t m : ms) {
+          const auto x = random_activations(t, m, sh[1], 1.0f, seed++);
+          check_bound(w, s, t, x, m, label(s, t, m, sh[0], sh[1]));
+        }
+      }
+}
+
+TEST(CudaLinear, LargeLayersBothPaths) {
+  NVFP4_REQUIRE_GPU();
+  uint32_t seed = 300;
+  for (Semantics s : kAllSemantics) {
+    const DType t = DType::BF16;
+    const LinearWeights w = random_layer(1100, 4096, scale_range(0x28, 0x5F), 2688.0f / 0.2f, true,
+                                         2688.0f / 12.0f, false, t, seed++);
+    for (int64_t m : {1, 16, 65, 200}) {
+      const auto x = random_activations(t, m, 4096, 1.0f, seed++);
+      check_bound(w, s, t, x, m, label(s, t, m, 1100, 4096));
+    }
+  }
+  // Several dequantized weight tiles in the large-M path (32 MB workspace -> 1024 rows at K = 16384).
+  const LinearWeights w = random_layer(1100, 16384, scale_range(0x28, 0x5F), 2688.0f / 0.2f, false, 1.0f, true,
+                                       DType::F16, seed++);
+  const auto x = random_activations(DType::F16, 80, 16384, 1.0f, seed++);
+  check_bound(w, Semantics::W4A16, DType::F16, x, 80, label(Semantics::W4A16, DType::F16, 80, 1100, 16384));
+}
+
+// Exact arithmetic: integer activations, power-of-two global scale, scales with few bits (subnormal E4M3
+// included) and K small enough that every partial sum is exact in f32 (|Σ| < 2^13 on a 2^-10 grid).
+// Any summation order then gives the exact value, so y must equal the reference bit for bit: one wrong
+// nibble or scale anywhere shows.
+TEST(CudaLinear, W4A16ExactWhenArithmeticIsExact) {
+  NVFP4_REQUIRE_GPU();
+  std::vector<uint8_t> scales = scale_range(0x01, 0x07);  // subnormal: m · 2^-9
+  for (uint8_t c : {0x28, 0x30, 0x34, 0x38}) scales.push_back(c);  // 0.25, 0.5, 0.75, 1
+  uint32_t seed = 500;
+  for (DType t : {DType::BF16, DType::F16})
+    for (int64_t k : {16, 208, 512})
+      for (int64_t m : {1, 7, 16, 33, 100}) {
+        const int64_t n = 40;
+        const LinearWeights w = random_layer(n, k, scales, 0.25f, false, 1.0f, true, t, seed++);  // D_w = 4
+        const auto x = integer_activations(t, m, k, 2, seed++);
+        const std::vector<uint16_t> y = run_gpu(w, Semantics::W4A16, t, x, m);
+        std::vector<double> acc(static_cast<size_t>(m * n));
+        cpu_linear_reference_f64(w, Semantics::W4A16, t, x.data(), m, acc.data());
+        int64_t bad = 0;
+        for (int64_t i = 0; i < m * n; ++i) {
+          const uint16_t want = linear_output(t, static_cast<float>(acc[static_cast<size_t>(i)]),
+                                              w.bias.data() + i % n);
+          if (y[static_cast<size_t>(i)] != want && bad++ < 3)
+            ADD_FAILURE() << label(Semantics::W4A16, t, m, n, k) << " element " << i << ": got "
+                          << from_bits16(t, y[static_cast<size_t>(i)]) << " want " << from_bits16(t, want);
+        }
+        EXPECT_EQ(bad, 0) << label(Semantics::W4A16, t, m, n, k);
+      }
+}
+
+TEST(CudaLinear, TinyScalesAndGlobalScaleOne) {
+  NVFP4_REQUIRE_GPU();
+  // Checkpoints with global scale 1 keep tiny E4M3 block scales (subnormals): exact in this executor.
+  uint32_t seed = 700;
+  for (DType t : {DType::BF16, DType::F16})
+    for (Semantics s : kAllSemantics) {
+      const LinearWeights w = random_layer(48, 256, scale_range(0x01, 0x10), 1.0f, true, 1.0f, true, t, seed++);
+      for (int64_t m : {1, 16, 100}) {
+        const auto x = random_activations(t, m, 256, 1.0f, seed++);
+        check_bound(w, s, t, x, m, label(s, t, m, 48, 256) + "/tiny");
+      }
+    }
+}
+
+TEST(CudaLinear, RejectsBadInput) {
+  NVFP4_REQUIRE_GPU();
+  LinearWeights w = random_layer(16, 32, scale_range(0x30, 0x38), 1.0f, false, 1.0f, false, DType::BF16, 1);
+  EXPECT_THROW(CudaLinear::create(w, Semantics::W4A4, DType::BF16, 0), Error);  // no input scale
+  EXPECT_THROW(CudaLinear::create(w, Semantics::W4A16, DType::F32, 0), Error);
+  EXPECT_THROW(CudaLinear::create(w, Semantics::W4A16, DType::BF16, 999), Error);
+  LinearWeights bad = w;
+  bad.bias.assign(3, 0.0f);
+  EXPECT_THROW(CudaLinear::create(bad, Semantics::W4A16, DType::BF16, 0), Error);
+  bad = w;
+  bad.weight.cols = 24;
+  EXPECT_THROW(CudaLinear::create(bad, Semantics::W4A16, DType::BF16, 0), Error);
+  auto lin = CudaLinear::create(w, Semantics::W4A16, DType::BF16, 0);
+  DeviceBytes buf(4096);
+  EXPECT_THROW(lin->run(buf.as<uint8_t>() + 2, 1, buf.p, nullptr), Error);
+  EXPECT_THROW(lin->run(buf.p, -1, buf.p, nullptr), Error);
+  EXPECT_NO_THROW(lin->run(buf.p, 0, buf.p, nullptr));
+}
+
+}  // namespace
+}  // namespace nvfp4::cuda::test

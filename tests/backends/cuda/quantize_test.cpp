@@ -1,0 +1,119 @@
+// The CUDA activation quantizer is bit-exact with format/quant.h's CPU quantize_activations (SPEC §4), in
+// both scale layouts, and writes the swizzled padding as zeros.
+#include <gtest/gtest.h>
+
+#include "backends/cuda/cuda_linear.h"
+#include "common/error.h"
+#include "cuda_test_util.h"
+#include "format/swizzle.h"
+
+namespace nvfp4::cuda::test {
+namespace {
+
+struct CpuQuant {
+  std::vector<uint8_t> codes, scales;
+};
+
+CpuQuant cpu_quantize(DType t, const std::vector<uint16_t>& x, int64_t m, int64_t k, float gs) {
+  std::vector<float> xf(x.size());
+  for (size_t i = 0; i < x.size(); ++i) xf[i] = from_bits16(t, x[i]);
+  CpuQuant q;
+  q.codes.resize(static_cast<size_t>(m * k / 2));
+  q.scales.resize(static_cast<size_t>(m * k / 16));
+  ::nvfp4::quantize_activations(xf.data(), m, k, gs, q.codes.data(), q.scales.data());
+  return q;
+}
+
+void check_layouts(DType t, const std::vector<uint16_t>& x, int64_t m, int64_t k, float gs) {
+  const CpuQuant ref = cpu_quantize(t, x, m, k, gs);
+  DeviceBytes dx(x.size() * 2);
+  dx.upload(x.data(), x.size() * 2);
+  for (ScaleLayout layout : {ScaleLayout::Linear, ScaleLayout::Swizzled128x4}) {
+    const bool sw = layout == ScaleLayout::Swizzled128x4;
+    const size_t sbytes = sw ? static_cast<size_t>(swizzled_bytes(m, k / 16)) : ref.scales.size();
+    DeviceBytes dc(ref.codes.size()), ds(sbytes);
+    dc.fill(0xEE);
+    ds.fill(0xEE);
+    quantize_activations(dx.p, t, m, k, gs, dc.as<uint8_t>(), ds.as<uint8_t>(), layout, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<uint8_t> codes(ref.codes.size()), scales(sbytes);
+    dc.download(codes.data(), codes.size());
+    ds.download(scales.data(), scales.size());
+    size_t bad = 0;
+    for (size_t i = 0; i < codes.size(); ++i) bad += codes[i] != ref.codes[i];
+    EXPECT_EQ(bad, 0u) << "codes differ, " << dtype_name(t) << " m=" << m << " k=" << k << " gs=" << gs;
+    std::vector<uint8_t> want(sbytes);
+    if (sw) swizzle_scales(ref.scales.data(), m, k / 16, want.data());
+    else want = ref.scales;
+    bad = 0;
+    for (size_t i = 0; i < sbytes; ++i) bad += scales[i] != want[i];
+    EXPECT_EQ(bad, 0u) << (sw ? "swizzled" : "linear") << " scales differ, " << dtype_name(t) << " m=" << m
+                       << " k=" << k;
+  }
+}
+
+TEST(CudaQuantize, BitExactWithCpuOnRandomData) {
+  NVFP4_REQUIRE_GPU();
+  const int64_t shapes[][2] = {{1, 16}, {7, 48}, {33, 208}, {128, 4096}, {300, 1024}, {1000, 64}};
+  for (DType t : {DType::BF16, DType::F16}) {
+    uint32_t seed = 1;
+    for (const auto& s : shapes)
+      for (float amp : {1.0f, 0.01f, 37.0f}) {
+        const auto x = random_activations(t, s[0], s[1], amp, seed++);
+        // gs from the data like a calibration would (2688 / amax), plus a non-round value.
+        float amax = 0.0f;
+        for (uint16_t v : x) amax = std::max(amax, std::fabs(from_bits16(t, v)));
+        check_layouts(t, x, s[0], s[1], 2688.0f / amax);
+        check_layouts(t, x, s[0], s[1], 1.0f);
+        check_layouts(t, x, s[0], s[1], 0.37f * 2688.0f / amax);
+      }
+  }
+}
+
+TEST(CudaQuantize, BitExactOnEveryBf16Value) {
+  NVFP4_REQUIRE_GPU();
+  // All 65536 bf16 bit patterns except NaN, 16 to a group, in a few orders and global scales: covers E2M1
+  // ties, E4M3 subnormal and clamped scales, infinities.
+  std::vector<uint16_t> x;
+  for (uint32_t b = 0; b < 65536; ++b) {
+    const uint16_t v = static_cast<uint16_t>(b);
+    if (std::isnan(bf16_to_f32(v))) continue;
+    x.push_back(v);
+  }
+  std::mt19937 rng(5);
+  std::shuffle(x.begin() + 1000, x.end(), rng);
+  while (x.size() % 256) x.push_back(0);
+  const int64_t k = 256, m = static_cast<int64_t>(x.size()) / k;
+  for (float gs : {1.0f, 448.0f, 2688.0f / 3.0e38f, 1.0e30f}) {
+    if (!(gs > 0.0f) || !std::isfinite(gs)) continue;
+    check_layouts(DType::BF16, x, m, k, gs);
+  }
+}
+
+TEST(CudaQuantize, TiesAndTinyGroups) {
+  NVFP4_REQUIRE_GPU();
+  // Each group: its max picks scale 1 for gs = 2688/6·... values on every E2M1 interval end.
+  const float ends[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 6.0f, -0.25f, -0.75f, -2.5f, -5.0f,
+                        0.0f,  -0.0f, 1e-30f, -1e-30f};
+  std::vector<uint16_t> x;
+  for (int r = 0; r < 64; ++r)
+    for (float e : ends) x.push_back(to_bits16(DType::F16, e * std::ldexp(1.0f, r % 8 - 4)));
+  for (DType t : {DType::F16}) {
+    for (float gs : {448.0f, 1.0f, 3.0f, 1000.0f}) check_layouts(t, x, 64, 16, gs);
+  }
+}
+
+TEST(CudaQuantize, RejectsBadArguments) {
+  NVFP4_REQUIRE_GPU();
+  DeviceBytes buf(4096);
+  uint8_t* p = buf.as<uint8_t>();
+  EXPECT_THROW(quantize_activations(p, DType::BF16, 1, 24, 1.0f, p, p, ScaleLayout::Linear, nullptr), Error);
+  EXPECT_THROW(quantize_activations(p, DType::F32, 1, 16, 1.0f, p, p, ScaleLayout::Linear, nullptr), Error);
+  EXPECT_THROW(quantize_activations(p, DType::BF16, 1, 16, 0.0f, p, p, ScaleLayout::Linear, nullptr), Error);
+  EXPECT_THROW(quantize_activations(p, DType::BF16, 1, 16, INFINITY, p, p, ScaleLayout::Linear, nullptr), Error);
+  EXPECT_THROW(quantize_activations(p + 2, DType::BF16, 1, 16, 1.0f, p, p, ScaleLayout::Linear, nullptr), Error);
+  EXPECT_NO_THROW(quantize_activations(p, DType::BF16, 0, 16, 1.0f, p, p, ScaleLayout::Linear, nullptr));
+}
+
+}  // namespace
+}  // namespace nvfp4::cuda::test

@@ -1,0 +1,74 @@
+// Round trip of the CUDA kernels' private weight layout (CPU only; no GPU needed).
+#include "backends/cuda/weight_layout.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "common/error.h"
+
+namespace nvfp4::cuda {
+namespace {
+
+Nvfp4Matrix random_matrix(int64_t n, int64_t k, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> byte(0, 255);
+  Nvfp4Matrix m;
+  m.resize(n, k);
+  for (auto& c : m.codes) c = static_cast<uint8_t>(byte(rng));
+  for (auto& s : m.scales) s = static_cast<uint8_t>(byte(rng));
+  return m;
+}
+
+TEST(CudaWeightLayout, RoundTripsEveryShapeClass) {
+  const int64_t shapes[][2] = {{1, 16}, {16, 64}, {17, 80}, {33, 208}, {72, 4096}, {130, 48}};
+  for (const auto& s : shapes) {
+    const Nvfp4Matrix m = random_matrix(s[0], s[1], static_cast<uint32_t>(s[0] * 1000 + s[1]));
+    const FragmentWeights f = make_fragment_weights(m);
+    EXPECT_EQ(f.n16, (s[0] + 15) / 16);
+    EXPECT_EQ(f.kc, (s[1] + 63) / 64);
+    EXPECT_EQ(f.codes.size(), static_cast<size_t>(f.n16 * f.kc * 32 * 16));
+    std::vector<uint8_t> codes, scales;
+    unpack_fragment_weights(f, &codes, &scales);
+    EXPECT_EQ(codes, m.codes) << s[0] << "x" << s[1];
+    EXPECT_EQ(scales, m.scales) << s[0] << "x" << s[1];
+  }
+}
+
+TEST(CudaWeightLayout, PaddingIsZero) {
+  const Nvfp4Matrix m = random_matrix(17, 80, 7);  // 15 padded rows, 48 padded K
+  const FragmentWeights f = make_fragment_weights(m);
+  size_t nonzero = 0;
+  for (uint8_t b : f.codes) nonzero += b != 0;
+  // 17 rows x 80 K = 1360 nibbles carry data; everything else must be 0.
+  size_t nonzero_nibbles = 0;
+  for (uint8_t b : f.codes) nonzero_nibbles += ((b & 0xF) != 0) + ((b >> 4) != 0);
+  EXPECT_LE(nonzero_nibbles, 17u * 80u);
+  size_t scale_nonzero = 0;
+  for (uint8_t b : f.scales) scale_nonzero += b != 0;
+  EXPECT_LE(scale_nonzero, 17u * 5u);
+  EXPECT_GT(nonzero, 0u);
+}
+
+TEST(CudaWeightLayout, FirstLaneHoldsItsFragmentValues) {
+  // Lane 0 (g = 0, t = 0), step 0: register 0 = row 0, k 0/1 -> slots 3 and 7 of word 0.
+  Nvfp4Matrix m;
+  m.resize(16, 64);
+  m.codes[0] = 0x5A;  // row 0: k0 = 0xA, k1 = 0x5
+  const FragmentWeights f = make_fragment_weights(m);
+  const uint32_t w0 = f.codes[0] | (f.codes[1] << 8) | (f.codes[2] << 16) | (static_cast<uint32_t>(f.codes[3]) << 24);
+  EXPECT_EQ((w0 >> 12) & 0xF, 0xAu);
+  EXPECT_EQ((w0 >> 28) & 0xF, 0x5u);
+}
+
+TEST(CudaWeightLayout, RejectsKNotMultipleOf16) {
+  Nvfp4Matrix m;
+  m.rows = 4;
+  m.cols = 24;
+  m.codes.resize(48);
+  m.scales.resize(4);
+  EXPECT_THROW(make_fragment_weights(m), Error);
+}
+
+}  // namespace
+}  // namespace nvfp4::cuda
