@@ -24,7 +24,7 @@ int run_generate(int argc, char** argv) {
   CLI::App app{"Generate text with a Llama-family model directory (bf16/fp16/fp32 or NVFP4)"};
   std::string dir, prompt, system;
   int64_t n_predict = 64, ctx = 2048;
-  bool chat = false, verbose = false, raw = false;
+  bool chat = false, verbose = false, raw = false, print_tokens = false;
   int threads = 0;
   nvfp4::model::SamplerOptions so;
   nvfp4::cli::DispatchFlags df;
@@ -40,6 +40,8 @@ int run_generate(int argc, char** argv) {
   app.add_option("--ctx", ctx, "context (KV cache) size in tokens (default 2048)")->check(CLI::Range(int64_t(2), int64_t(1) << 20));
   app.add_option("-t,--threads", threads, "CPU threads (default: NVFP4_NUM_THREADS or all cores)")->check(CLI::Range(0, 4096));
   app.add_flag("--raw", raw, "print special tokens too");
+  app.add_flag("--print-tokens", print_tokens,
+               "print the prompt's token ids (after --chat) as a JSON list and exit without loading the weights");
   app.add_flag("-v,--verbose", verbose, "debug logging");
   nvfp4::cli::add_dispatch_flags(app, &df);
   if (int rc = nvfp4::cli::parse(app, argc, argv); rc >= 0) return rc;
@@ -47,15 +49,7 @@ int run_generate(int argc, char** argv) {
   const auto rep = nvfp4::cli::stderr_reporter(verbose);
 
   const auto t_load = clk::now();
-  nvfp4::model::LoadOptions lo;
-  lo.overrides = nvfp4::cli::dispatch_overrides(df);
-  lo.max_context = ctx;
   auto tok = nvfp4::model::load_tokenizer(dir);
-  auto model = nvfp4::model::LlamaModel::load(dir, lo, rep);
-  const double load_ms = ms_since(t_load);
-  for (const auto& e : model->executor_summary()) {
-    std::fprintf(stderr, "nvfp4: %-40s %3d x %s\n", e.group.c_str(), e.count, e.how.c_str());
-  }
 
   std::string text = prompt;
   if (chat) {
@@ -71,7 +65,21 @@ int run_generate(int argc, char** argv) {
   if (tok.add_bos() && tok.bos_id() >= 0 && text.rfind("<|begin_of_text|>", 0) != 0) ids.push_back(tok.bos_id());
   const auto enc = tok.encode(text, true);
   ids.insert(ids.end(), enc.begin(), enc.end());
+  if (print_tokens) {
+    std::string out = "[";
+    for (size_t i = 0; i < ids.size(); ++i) out += (i ? ", " : "") + std::to_string(ids[i]);
+    std::printf("%s]\n", out.c_str());
+    return 0;
+  }
   if (ids.empty()) throw nvfp4::UsageError("the prompt encodes to no tokens");
+  nvfp4::model::LoadOptions lo;
+  lo.overrides = nvfp4::cli::dispatch_overrides(df);
+  lo.max_context = ctx;
+  auto model = nvfp4::model::LlamaModel::load(dir, lo, rep);
+  const double load_ms = ms_since(t_load);
+  for (const auto& e : model->executor_summary()) {
+    std::fprintf(stderr, "nvfp4: %-40s %3d x %s\n", e.group.c_str(), e.count, e.how.c_str());
+  }
   if (static_cast<int64_t>(ids.size()) + n_predict > model->context_capacity()) {
     throw nvfp4::UsageError("prompt (" + std::to_string(ids.size()) + " tokens) + -n " + std::to_string(n_predict) +
                             " exceeds the context of " + std::to_string(model->context_capacity()) + " (raise --ctx)");
