@@ -160,6 +160,14 @@ int run_inspect(int argc, char** argv) {
     std::printf("%s%s", i ? ", " : "", ck->quant().ignore[i].c_str());
   std::printf("%s\n", ck->quant().ignore.empty() ? "(none)" : "");
 
+  std::vector<std::string> plain;
+  for (const auto& r : rows)
+    if (r.scheme == "none") plain.push_back(r.name);
+  std::printf("unquantized:   ");
+  for (size_t i = 0; i < plain.size() && i < 12; ++i) std::printf("%s%s", i ? ", " : "", plain[i].c_str());
+  if (plain.size() > 12) std::printf(", ... (%zu in all)", plain.size());
+  std::printf("%s\n", plain.empty() ? "(none)" : "");
+
   // Table: fixed columns, then the extra ones.
   size_t wname = 6;
   for (const auto& r : rows) wname = std::max(wname, r.name.size());

@@ -63,7 +63,8 @@ int run_quantize(int argc, char** argv) {
   const Reporter rep = stderr_reporter(verbose);
   const io::QuantizeSummary s = io::quantize_model(in, out, opt, rep);
   std::printf("wrote %s (%s)\n", out.c_str(), format.c_str());
-  std::printf("  linear modules quantized: %zu\n", s.quantized);
+  std::printf("  linear modules %s: %zu\n", s.converted ? "converted (codes and scales copied)" : "quantized",
+              s.quantized);
   std::printf("  linear modules left unquantized: %zu%s", s.ignored.size(), s.ignored.empty() ? "\n" : " (");
   for (size_t i = 0; i < s.ignored.size(); ++i)
     std::printf("%s%s", s.ignored[i].c_str(), i + 1 < s.ignored.size() ? ", " : ")\n");

@@ -326,13 +326,19 @@ struct CheckpointBuilder {
     if (method != "compressed-tensors")
       fail("'" + cfg_path + "': quantization_config.quant_method '" + method +
            "' is not supported, expected \"compressed-tensors\" or \"modelopt\"");
-    const std::string fmt = qc.value("format", std::string());
-    if (fmt != "nvfp4-pack-quantized")
-      fail("'" + cfg_path + "': compressed-tensors format '" + fmt + "' is not supported, expected "
-           "\"nvfp4-pack-quantized\"");
     q.format = CheckpointFormat::CompressedTensors;
     if (!qc.contains("config_groups") || !qc["config_groups"].is_object() || qc["config_groups"].empty())
       fail("'" + cfg_path + "': quantization_config has no config_groups");
+    // The format is given at the top, or per group (newer writers put "mixed-precision" at the top).
+    const std::string fmt = qc.value("format", std::string());
+    if (fmt != "nvfp4-pack-quantized") {
+      for (auto g = qc["config_groups"].begin(); g != qc["config_groups"].end(); ++g) {
+        const std::string gf = g.value().is_object() ? g.value().value("format", fmt) : fmt;
+        if (gf != "nvfp4-pack-quantized")
+          fail("'" + cfg_path + "': compressed-tensors format '" + gf + "' (config_groups." + g.key() +
+               ") is not supported, expected \"nvfp4-pack-quantized\"");
+      }
+    }
     bool any_w4a4 = false, any_w4a16 = false;
     for (auto g = qc["config_groups"].begin(); g != qc["config_groups"].end(); ++g) {
       const json& grp = g.value();

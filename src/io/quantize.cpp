@@ -150,6 +150,7 @@ QuantizeSummary quantize_model(const std::string& in, const std::string& out, co
   ign.ignore = opt.ignore;
   std::map<std::string, const LinearInfo*> todo;  // module -> info
   QuantizeSummary sum;
+  sum.converted = convert;
   for (const LinearInfo& li : ck->linears()) {
     if (convert) {
       if (li.scheme == QuantScheme::None) sum.ignored.push_back(li.name);

@@ -32,7 +32,8 @@ struct QuantizeOptions {
 };
 
 struct QuantizeSummary {
-  size_t quantized = 0;         // linear modules quantized
+  bool converted = false;       // the input was NVFP4 and was converted to the other format
+  size_t quantized = 0;         // linear modules quantized (or converted)
   size_t copied = 0;            // tensors copied unchanged
   std::vector<std::string> ignored;  // linear modules left unquantized
   uint64_t in_bytes = 0;        // tensor bytes read

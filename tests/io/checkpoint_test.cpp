@@ -267,7 +267,7 @@ TEST(CheckpointErrors, BadConfigs) {
   write_text(d / "config.json", R"({"quantization_config":{"quant_method":"gptq"}})");
   expect_has(error_of([&] { Checkpoint::open(d.path); }), {"config.json", "gptq"});
   write_text(d / "config.json",
-             R"({"quantization_config":{"quant_method":"compressed-tensors","format":"float-quantized","config_groups":{}}})");
+             R"({"quantization_config":{"quant_method":"compressed-tensors","format":"float-quantized","config_groups":{"group_0":{}}}})");
   expect_has(error_of([&] { Checkpoint::open(d.path); }), {"float-quantized"});
   write_text(d / "config.json", R"({"torch_dtype":"int8"})");
   expect_has(error_of([&] { Checkpoint::open(d.path); }), {"int8"});
