@@ -561,7 +561,8 @@ LinearWeights Checkpoint::load_linear(const std::string& module, const Reporter&
          ") is not a multiple of 16");
   const std::string sname = module + ".weight_scale";
   const TensorView* sp = t.find(sname);
-  if (!sp) fail("model '" + path_ + "' has no tensor '" + sname + "' for quantized module '" + module + "'");
+  if (!sp)
+    fail("tensor '" + sname + "' is missing: '" + *w.file + "' holds '" + w.name + "' but no block scales for it");
   const TensorView& s = *sp;
   if (s.dtype != DType::F8_E4M3) fail(where(s) + " has dtype " + dtype_name(s.dtype) + ", expected F8_E4M3");
   if (s.shape.size() != 2 || s.shape[0] != n || s.shape[1] != k / kGroupSize)
@@ -578,7 +579,7 @@ LinearWeights Checkpoint::load_linear(const std::string& module, const Reporter&
   const std::string gname = module + (ct ? ".weight_global_scale" : ".weight_scale_2");
   float g = 0;
   if (!read_scalar(t, gname, &g))
-    fail("model '" + path_ + "' has no tensor '" + gname + "' for quantized module '" + module + "'");
+    fail("tensor '" + gname + "' is missing: '" + *w.file + "' holds '" + w.name + "' but no global scale for it");
   const TensorView& gv = t.get(gname);
   bool all_zero_weight = false;
   if (ct) {

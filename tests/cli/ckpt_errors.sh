@@ -121,7 +121,7 @@ expect 1 noconfig config.json -- "$bin" inspect noconfig
 expect 0 "inferred" -- "$bin" inspect noconfig/model.safetensors   # a lone file needs no config.json
 # layer problems: inspect reports them (exit 0), linear refuses the layer (exit 1), no output written
 expect 0 "missing tensor 'layer.weight_scale'" -- "$bin" inspect noscale
-expect 1 "layer.weight_scale" noscale -- "$bin" linear --ckpt noscale --layer layer --input x.safetensors --output y1.safetensors
+expect 1 "layer.weight_scale" noscale/model.safetensors -- "$bin" linear --ckpt noscale --layer layer --input x.safetensors --output y1.safetensors
 none_left y1.safetensors
 expect 1 "layer.weight_packed" "K = 24" "multiple of 16" -- "$bin" linear --ckpt k24 --layer layer --input x.safetensors --output y2.safetensors
 none_left y2.safetensors
