@@ -8,15 +8,32 @@
 namespace nvfp4::cli {
 
 void add_dispatch_flags(CLI::App& app, DispatchFlags* f) {
-  app.add_option("--device", f->device, "Where quantized layers run: cpu, cuda or cuda:N (env NVFP4_DEVICE)");
+  // Validators make a bad value a parse error (exit 2) listing the valid values, before anything is loaded.
+  const CLI::Validator device_check(
+      [](std::string& v) -> std::string {
+        try {
+          parse_device_request(v, "--device");
+        } catch (const UsageError&) {
+          return "invalid value '" + v + "' (valid: cpu, cuda, cuda:N)";
+        }
+        return std::string();
+      },
+      "cpu|cuda|cuda:N");
+  app.add_option("--device", f->device, "Where quantized layers run: cpu, cuda or cuda:N (env NVFP4_DEVICE)")
+      ->check(device_check);
   app.add_option("--linear-backend", f->linear_backend,
                  "Executor of quantized linears: cpu, cuda or cublaslt (env NVFP4_LINEAR_BACKEND; default: "
-                 "cublaslt for W4A4 on Blackwell, else cuda, else cpu)");
+                 "cublaslt for W4A4 on Blackwell, else cuda, else cpu)")
+      ->check(CLI::IsMember({"cpu", "cuda", "cublaslt"}));
   // A flag with an optional value: `--emulation` alone means native; `--emulation=vllm` picks the flavour.
   // (A flag, not an option, so that `--emulation DIR` never takes DIR as the flavour.)
   app.add_flag("--emulation{native}", f->emulation,
                "W4A4 numerics on this project's kernels for W4A4 checkpoints: --emulation[=native|vllm] "
-               "(env NVFP4_USE_EMULATION=1, NVFP4_EMULATION_FLAVOR)");
+               "(env NVFP4_USE_EMULATION=1, NVFP4_EMULATION_FLAVOR)")
+      ->check(CLI::IsMember({"native", "vllm"}));
+  // The environment is checked once parsing is done, so an invalid NVFP4_* value is also a usage error
+  // before any file is read (nvfp4::UsageError propagates out of parse; the command exits 2).
+  app.final_callback([f]() { (void)dispatch_overrides(*f); });
 }
 
 Overrides dispatch_overrides(const DispatchFlags& f, const GetEnvFn& getenv) {
