@@ -1,0 +1,271 @@
+// The decoder against an f64 reference written here from the HF Llama equations (not from src/model), on a
+// tiny random f32 model that exercises GQA (4 query heads over 2 kv heads), q/k/v biases, llama3 rope
+// scaling in all three wavelength bands, an untied lm_head and two layers. With an f32 model the
+// implementation rounds nothing to a 16-bit type, so the only differences are f32 rounding.
+//
+// Tolerance: every stage is an f32 dot product of length <= 48 (γ_48 = 48·2^-24/(1-48·2^-24) ≈ 2.9e-6 relative
+// to Σ|a·b|) or an elementwise op (2^-24). The path from embedding to logit chains 2 layers × 9 stages + final
+// norm + lm_head = 20 stages; with random O(1) weights each stage amplifies an incoming relative error by at
+// most ~10 (norms divide by an RMS that is O(1); the softmax is 1-Lipschitz in the max norm of its inputs).
+// So |logit - ref| <= 20 · 10 · γ_48 · (1 + max|ref|) ≈ 5.8e-4 · (1 + max|ref|). A wrong convention (RoPE
+// halves, GQA mapping, bias, scaling band) gives O(1) errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "common/error.h"
+#include "io/safetensors.h"
+#include "model/llama.h"
+
+namespace fs = std::filesystem;
+using nvfp4::DType;
+
+namespace {
+
+struct Tiny {
+  int64_t H = 32, nh = 4, nkv = 2, hd = 8, I = 48, V = 40, L = 2;
+  double eps = 1e-5, theta = 10000.0;
+  // llama3 rope scaling with original_max_position 16: wavelengths 6.3 (between 4 and 16: smoothed),
+  // 63, 628, 6283 (> 16: divided by the factor).
+  double factor = 4, lo = 1, hi = 4, orig = 16;
+  std::map<std::string, std::vector<double>> w;  // name -> values (row-major)
+};
+
+std::vector<double> rnd(std::mt19937& g, size_t n, double scale, double offset = 0) {
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::vector<double> v(n);
+  for (auto& x : v) x = offset + scale * static_cast<double>(static_cast<float>(u(g)));  // f32-representable
+  for (auto& x : v) x = static_cast<double>(static_cast<float>(x));
+  return v;
+}
+
+std::string write_tiny(const Tiny& t, const std::string& dir) {
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  nvfp4::io::SafetensorsWriter wr;
+  for (const auto& [name, v] : t.w) {
+    std::vector<float> f(v.begin(), v.end());
+    std::vector<int64_t> shape;
+    const std::string base = name.substr(0, name.rfind('.'));
+    if (name.find("norm") != std::string::npos || name.find(".bias") != std::string::npos) shape = {(int64_t)v.size()};
+    else if (name.find("embed") != std::string::npos || name == "lm_head.weight") shape = {t.V, t.H};
+    else if (name.find("q_proj") != std::string::npos) shape = {t.nh * t.hd, t.H};
+    else if (name.find("k_proj") != std::string::npos || name.find("v_proj") != std::string::npos) shape = {t.nkv * t.hd, t.H};
+    else if (name.find("o_proj") != std::string::npos) shape = {t.H, t.nh * t.hd};
+    else if (name.find("down") != std::string::npos) shape = {t.H, t.I};
+    else shape = {t.I, t.H};
+    wr.add_f32(name, DType::F32, shape, f.data());
+  }
+  wr.write(dir + "/model.safetensors");
+  std::ofstream(dir + "/config.json")
+      << "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": " << t.H
+      << ", \"intermediate_size\": " << t.I << ", \"num_hidden_layers\": " << t.L << ", \"num_attention_heads\": " << t.nh
+      << ", \"num_key_value_heads\": " << t.nkv << ", \"vocab_size\": " << t.V
+      << ", \"max_position_embeddings\": 64, \"rms_norm_eps\": " << t.eps << ", \"rope_theta\": " << t.theta
+      << ", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": " << t.factor << ", \"low_freq_factor\": " << t.lo
+      << ", \"high_freq_factor\": " << t.hi << ", \"original_max_position_embeddings\": " << t.orig
+      << "}, \"attention_bias\": true, \"tie_word_embeddings\": false, \"torch_dtype\": \"float32\", \"eos_token_id\": 2}";
+  return dir;
+}
+
+Tiny make_tiny(unsigned seed) {
+  Tiny t;
+  std::mt19937 g(seed);
+  t.w["model.embed_tokens.weight"] = rnd(g, t.V * t.H, 1.0);
+  t.w["model.norm.weight"] = rnd(g, t.H, 0.2, 1.0);
+  t.w["lm_head.weight"] = rnd(g, t.V * t.H, 0.3);
+  const double s = 1.0 / std::sqrt(static_cast<double>(t.H));
+  for (int l = 0; l < t.L; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    t.w[p + "input_layernorm.weight"] = rnd(g, t.H, 0.2, 1.0);
+    t.w[p + "post_attention_layernorm.weight"] = rnd(g, t.H, 0.2, 1.0);
+    t.w[p + "self_attn.q_proj.weight"] = rnd(g, t.nh * t.hd * t.H, 2 * s);
+    t.w[p + "self_attn.k_proj.weight"] = rnd(g, t.nkv * t.hd * t.H, 2 * s);
+    t.w[p + "self_attn.v_proj.weight"] = rnd(g, t.nkv * t.hd * t.H, s);
+    t.w[p + "self_attn.q_proj.bias"] = rnd(g, t.nh * t.hd, 0.5);
+    t.w[p + "self_attn.k_proj.bias"] = rnd(g, t.nkv * t.hd, 0.5);
+    t.w[p + "self_attn.v_proj.bias"] = rnd(g, t.nkv * t.hd, 0.5);
+    t.w[p + "self_attn.o_proj.weight"] = rnd(g, t.H * t.nh * t.hd, s);
+    t.w[p + "mlp.gate_proj.weight"] = rnd(g, t.I * t.H, s);
+    t.w[p + "mlp.up_proj.weight"] = rnd(g, t.I * t.H, s);
+    t.w[p + "mlp.down_proj.weight"] = rnd(g, t.H * t.I, 1.0 / std::sqrt(static_cast<double>(t.I)));
+  }
+  return t;
+}
+
+// y (m, N) = x (m, K) · Wᵀ (+ b), f64.
+std::vector<double> mm(const std::vector<double>& x, int64_t m, int64_t K, const std::vector<double>& W, int64_t N,
+                       const std::vector<double>* b = nullptr) {
+  std::vector<double> y(m * N);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t n = 0; n < N; ++n) {
+      double s = b ? (*b)[n] : 0.0;
+      for (int64_t k = 0; k < K; ++k) s += x[i * K + k] * W[n * K + k];
+      y[i * N + n] = s;
+    }
+  return y;
+}
+
+std::vector<double> norm(const std::vector<double>& x, int64_t m, int64_t d, const std::vector<double>& w, double eps) {
+  std::vector<double> y(x.size());
+  for (int64_t i = 0; i < m; ++i) {
+    double ss = 0;
+    for (int64_t j = 0; j < d; ++j) ss += x[i * d + j] * x[i * d + j];
+    const double r = 1.0 / std::sqrt(ss / d + eps);
+    for (int64_t j = 0; j < d; ++j) y[i * d + j] = x[i * d + j] * r * w[j];
+  }
+  return y;
+}
+
+// Reference logits (m, V) for tokens at positions 0..m-1.
+std::vector<double> reference(const Tiny& t, const std::vector<int32_t>& tok) {
+  const int64_t m = tok.size(), H = t.H, hd = t.hd;
+  auto W = [&](const std::string& n) -> const std::vector<double>& { return t.w.at(n); };
+  std::vector<double> x(m * H);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < H; ++j) x[i * H + j] = W("model.embed_tokens.weight")[tok[i] * H + j];
+  // Llama 3.1 frequency bands, in f64.
+  std::vector<double> inv(hd / 2);
+  const double pi = std::acos(-1.0);
+  for (int64_t i = 0; i < hd / 2; ++i) {
+    const double f = std::pow(t.theta, -2.0 * i / hd), wl = 2 * pi / f;
+    if (wl < t.orig / t.hi) inv[i] = f;
+    else if (wl > t.orig / t.lo) inv[i] = f / t.factor;
+    else {
+      const double sm = (t.orig / wl - t.lo) / (t.hi - t.lo);
+      inv[i] = (1 - sm) * f / t.factor + sm * f;
+    }
+  }
+  auto rope = [&](double* v, int64_t pos) {
+    std::vector<double> o(hd);
+    for (int64_t i = 0; i < hd; ++i) {
+      const int64_t fi = i % (hd / 2);
+      const double c = std::cos(pos * inv[fi]), s = std::sin(pos * inv[fi]);
+      const double rot = i < hd / 2 ? -v[i + hd / 2] : v[i - hd / 2];  // rotate_half
+      o[i] = v[i] * c + rot * s;
+    }
+    std::copy(o.begin(), o.end(), v);
+  };
+  for (int l = 0; l < t.L; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    auto a = norm(x, m, H, W(p + "input_layernorm.weight"), t.eps);
+    auto q = mm(a, m, H, W(p + "self_attn.q_proj.weight"), t.nh * hd, &W(p + "self_attn.q_proj.bias"));
+    auto k = mm(a, m, H, W(p + "self_attn.k_proj.weight"), t.nkv * hd, &W(p + "self_attn.k_proj.bias"));
+    auto v = mm(a, m, H, W(p + "self_attn.v_proj.weight"), t.nkv * hd, &W(p + "self_attn.v_proj.bias"));
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t h = 0; h < t.nh; ++h) rope(&q[(i * t.nh + h) * hd], i);
+      for (int64_t h = 0; h < t.nkv; ++h) rope(&k[(i * t.nkv + h) * hd], i);
+    }
+    std::vector<double> att(m * t.nh * hd, 0.0);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t h = 0; h < t.nh; ++h) {
+        const int64_t g = h / (t.nh / t.nkv);
+        std::vector<double> s(i + 1);
+        double mx = -1e300, sum = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          double d = 0;
+          for (int64_t e = 0; e < hd; ++e) d += q[(i * t.nh + h) * hd + e] * k[(j * t.nkv + g) * hd + e];
+          s[j] = d / std::sqrt(static_cast<double>(hd));
+          mx = std::max(mx, s[j]);
+        }
+        for (auto& z : s) sum += (z = std::exp(z - mx));
+        for (int64_t j = 0; j <= i; ++j)
+          for (int64_t e = 0; e < hd; ++e) att[(i * t.nh + h) * hd + e] += s[j] / sum * v[(j * t.nkv + g) * hd + e];
+      }
+    auto o = mm(att, m, t.nh * hd, W(p + "self_attn.o_proj.weight"), H);
+    for (size_t j = 0; j < x.size(); ++j) x[j] += o[j];
+    a = norm(x, m, H, W(p + "post_attention_layernorm.weight"), t.eps);
+    auto gt = mm(a, m, H, W(p + "mlp.gate_proj.weight"), t.I);
+    auto up = mm(a, m, H, W(p + "mlp.up_proj.weight"), t.I);
+    for (size_t j = 0; j < gt.size(); ++j) gt[j] = gt[j] / (1 + std::exp(-gt[j])) * up[j];
+    auto d = mm(gt, m, t.I, W(p + "mlp.down_proj.weight"), H);
+    for (size_t j = 0; j < x.size(); ++j) x[j] += d[j];
+  }
+  auto f = norm(x, m, H, W("model.norm.weight"), t.eps);
+  return mm(f, m, H, W("lm_head.weight"), t.V);
+}
+
+std::string tmpdir(const std::string& name) {
+  return (fs::temp_directory_path() / ("nvfp4_decoder_test_" + name + "_" + std::to_string(::getpid()))).string();
+}
+
+}  // namespace
+
+TEST(Decoder, MatchesF64ReferenceWithinDerivedBound) {
+  const Tiny t = make_tiny(7);
+  const std::string dir = write_tiny(t, tmpdir("ref"));
+  auto m = nvfp4::model::LlamaModel::load(dir, {}, {});
+  ASSERT_EQ(m->act_dtype(), DType::F32);
+  const std::vector<int32_t> tok = {3, 17, 5, 39, 0, 22, 22, 8, 31, 12, 1, 4};
+  const auto ref = reference(t, tok);
+  std::vector<float> got(tok.size() * t.V, NAN);  // NaN-poisoned: an unwritten logit fails
+  m->forward(tok.data(), tok.size(), got.data(), true);
+  double mx = 0, norm2 = 0;
+  for (double r : ref) mx = std::max(mx, std::fabs(r)), norm2 += r * r;
+  ASSERT_GT(norm2, 1.0) << "reference is trivial";
+  const double gamma = 48 * std::ldexp(1.0, -24) / (1 - 48 * std::ldexp(1.0, -24));
+  const double tol = 20 * 10 * gamma * (1 + mx);
+  double worst = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(got[i])) << i;
+    worst = std::max(worst, std::fabs(got[i] - ref[i]));
+  }
+  EXPECT_LE(worst, tol) << "max |logit - ref| " << worst << ", bound " << tol;
+  RecordProperty("max_abs_err", std::to_string(worst));
+  fs::remove_all(dir);
+}
+
+TEST(Decoder, KvCacheDecodeEqualsPrefillBitForBit) {
+  const Tiny t = make_tiny(11);
+  const std::string dir = write_tiny(t, tmpdir("kv"));
+  auto m = nvfp4::model::LlamaModel::load(dir, {}, {});
+  const std::vector<int32_t> tok = {5, 6, 7, 8, 9, 10, 2, 33};
+  std::vector<float> all(tok.size() * t.V);
+  m->forward(tok.data(), tok.size(), all.data(), true);
+  m->reset();
+  // Same tokens: 3 as a prompt, then one at a time through the cache.
+  std::vector<float> last(t.V);
+  m->forward(tok.data(), 3, last.data(), false);
+  for (int64_t j = 0; j < t.V; ++j) ASSERT_EQ(last[j], all[2 * t.V + j]);
+  for (size_t i = 3; i < tok.size(); ++i) {
+    m->forward(&tok[i], 1, last.data(), false);
+    for (int64_t j = 0; j < t.V; ++j) ASSERT_EQ(last[j], all[i * t.V + j]) << "token " << i << " logit " << j;
+  }
+  EXPECT_EQ(m->position(), static_cast<int64_t>(tok.size()));
+  fs::remove_all(dir);
+}
+
+TEST(Decoder, ContextOverflowAndBadTokenThrow) {
+  const Tiny t = make_tiny(3);
+  const std::string dir = write_tiny(t, tmpdir("ovf"));
+  nvfp4::model::LoadOptions lo;
+  lo.max_context = 4;
+  auto m = nvfp4::model::LlamaModel::load(dir, lo, {});
+  std::vector<float> lg(t.V);
+  const std::vector<int32_t> five = {1, 2, 3, 4, 5};
+  EXPECT_THROW(m->forward(five.data(), 5, lg.data(), false), nvfp4::Error);
+  const int32_t bad = 40;
+  EXPECT_THROW(m->forward(&bad, 1, lg.data(), false), nvfp4::Error);
+  fs::remove_all(dir);
+}
+
+TEST(Decoder, RopeInvFreqLlama3Bands) {
+  nvfp4::model::LlamaConfig c;
+  c.head_dim = 8;
+  c.rope_theta = 10000;
+  c.rope_scaling = {"llama3", 4.0, 1.0, 4.0, 16};
+  const auto f = nvfp4::model::rope_inv_freq(c);
+  ASSERT_EQ(f.size(), 4u);
+  // i = 0: wavelength 2π ≈ 6.28 lies in [16/4, 16/1]: smooth = (16/6.283 - 1)/3 = 0.5154, f = (1-s)/4 + s
+  const double s = (16 / (2 * std::acos(-1.0)) - 1) / 3;
+  EXPECT_NEAR(f[0], (1 - s) * 0.25 + s, 1e-6);
+  EXPECT_FLOAT_EQ(f[1], static_cast<float>(0.1f / 4.0));   // wavelength 62.8 > 16: divided
+  EXPECT_FLOAT_EQ(f[3], static_cast<float>(0.001f / 4.0));
+}
