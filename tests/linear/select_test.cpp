@@ -345,6 +345,11 @@ TEST(RealMachine, DispatchOnThisMachine) {
     lt.executor_from = "--linear-backend cublaslt";
     EXPECT_THROW(select_linear(dev, build, LayerScheme::W4A4, lt), Error);
   }
+  if (native_fp4_capability(dev, build).ok) {  // Blackwell with cuBLASLt >= 12.8 and code for it
+    EXPECT_EQ(w4a4.executor, Executor::Cublaslt);
+    EXPECT_EQ(w4a4.semantics, Semantics::W4A4);
+    EXPECT_EQ(w4a4.warning, "");
+  }
   if (build.cuda) {
     EXPECT_FALSE(build.cuda_archs.empty()) << "a CUDA build must know what it was compiled for";
   } else {

@@ -64,7 +64,7 @@ int cuda_device_count(std::string* why) {
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky-free error state of the runtime
+    cudaGetLastError();  // clear the error so later runtime calls do not report it
     if (why) *why = "no CUDA device (" + err_string(e) + ")";
     return 0;
   }
