@@ -25,12 +25,13 @@ void add_dispatch_flags(CLI::App& app, DispatchFlags* f) {
                  "Executor of quantized linears: cpu, cuda or cublaslt (env NVFP4_LINEAR_BACKEND; default: "
                  "cublaslt for W4A4 on Blackwell, else cuda, else cpu)")
       ->check(CLI::IsMember({"cpu", "cuda", "cublaslt"}));
-  // A flag with an optional value: `--emulation` alone means native; `--emulation=vllm` picks the flavour.
-  // (A flag, not an option, so that `--emulation DIR` never takes DIR as the flavour.)
-  app.add_flag("--emulation{native}", f->emulation,
+  // A flag with an optional value: `--emulation` alone turns emulation on (flavour from
+  // NVFP4_EMULATION_FLAVOR, default native); `--emulation=native|vllm` also picks the flavour. (A flag, not an
+  // option, so that `--emulation DIR` never takes DIR as the flavour.)
+  app.add_flag("--emulation{on}", f->emulation,
                "W4A4 numerics on this project's kernels for W4A4 checkpoints: --emulation[=native|vllm] "
                "(env NVFP4_USE_EMULATION=1, NVFP4_EMULATION_FLAVOR)")
-      ->check(CLI::IsMember({"native", "vllm"}));
+      ->check(CLI::IsMember({"on", "native", "vllm"}));
   // The environment is checked once parsing is done, so an invalid NVFP4_* value is also a usage error
   // before any file is read (nvfp4::UsageError propagates out of parse; the command exits 2).
   app.final_callback([f]() { (void)dispatch_overrides(*f); });
@@ -50,14 +51,18 @@ Overrides dispatch_overrides(const DispatchFlags& f, const GetEnvFn& getenv) {
     flags.executor_from = "--linear-backend " + f.linear_backend;
   }
   if (!f.emulation.empty()) {
-    EmulationFlavor fl;
-    if (!flavor_from_name(f.emulation, &fl))
-      throw UsageError("--emulation: invalid value '" + f.emulation + "' (valid: --emulation, --emulation=native, "
-                       "--emulation=vllm)");
     flags.emulation = true;
-    flags.emulation_from = f.emulation == "native" ? "--emulation" : "--emulation=" + f.emulation;
-    flags.flavor = fl;
-    flags.flavor_from = flags.emulation_from;
+    if (f.emulation == "on") {
+      flags.emulation_from = "--emulation";
+    } else {
+      EmulationFlavor fl;
+      if (!flavor_from_name(f.emulation, &fl))
+        throw UsageError("--emulation: invalid value '" + f.emulation +
+                         "' (valid: --emulation, --emulation=native, --emulation=vllm)");
+      flags.emulation_from = "--emulation=" + f.emulation;
+      flags.flavor = fl;
+      flags.flavor_from = flags.emulation_from;
+    }
   }
   return merge_overrides(flags, overrides_from_env(getenv));
 }

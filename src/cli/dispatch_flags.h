@@ -1,7 +1,8 @@
 // The dispatch flags shared by the verbs that load quantized layers (run, eval, linear, bench, inspect):
 //   --device cpu|cuda|cuda:N          where layers run (default: CUDA device 0 if usable, else the CPU)
 //   --linear-backend cpu|cuda|cublaslt executor of the quantized linears (default: chosen per SPEC §6)
-//   --emulation[=native|vllm]         W4A4 numerics on this project's kernels (W4A4 checkpoints only)
+//   --emulation[=native|vllm]         W4A4 numerics on this project's kernels (W4A4 checkpoints only); a bare
+//                                     --emulation takes the flavour from NVFP4_EMULATION_FLAVOR (default native)
 // Turned, together with the environment (linear/select.h: overrides_from_env), into one nvfp4::Overrides;
 // a flag wins over the environment.
 #pragma once
@@ -16,7 +17,7 @@ namespace nvfp4::cli {
 struct DispatchFlags {
   std::string device;          // "" = not given
   std::string linear_backend;  // "" = not given
-  std::string emulation;       // "" = not given; "native" for a bare --emulation
+  std::string emulation;       // "" = not given; "on" for a bare --emulation; "native" / "vllm"
 };
 
 // Adds the three flags to `app`, storing into *f (which must outlive app.parse()).
