@@ -51,5 +51,9 @@ if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then export 
 if [ ! -f "$build/build.ninja" ] || [ -n "${NVFP4_CUDA_ARCHS:-}${NVFP4_ENABLE_CUDA:-}" ]; then
   cmake "${cfg[@]}" >"$build.configure.log" 2>&1 || { cat "$build.configure.log" >&2; exit 1; }
 fi
-cmake --build "$build" -j "$(nproc)" -- --quiet 2>&1 | grep -v '^\[' || true
-test "${PIPESTATUS[0]}" -eq 0
+# Compiler output goes to a log; on failure its tail is shown and the script fails.
+if ! cmake --build "$build" -j "$(nproc)" >"$build.build.log" 2>&1; then
+  grep -E "error|Error|FAILED" "$build.build.log" | head -40 >&2
+  echo "setup: build failed (full log: $build.build.log)" >&2
+  exit 1
+fi
