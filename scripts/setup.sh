@@ -52,6 +52,9 @@ if [ ! -f "$build/build.ninja" ] || [ -n "${NVFP4_CUDA_ARCHS:-}${NVFP4_ENABLE_CU
   cmake "${cfg[@]}" >"$build.configure.log" 2>&1 || { cat "$build.configure.log" >&2; exit 1; }
 fi
 # Compiler output goes to a log; on failure its tail is shown and the script fails.
+if ! ninja -C "$build" -n 2>/dev/null | grep -q "no work to do"; then
+  echo "setup: building in $build/ (the first build takes several minutes on 2 cores)" >&2
+fi
 if ! cmake --build "$build" -j "$(nproc)" >"$build.build.log" 2>&1; then
   grep -E "error|Error|FAILED" "$build.build.log" | head -40 >&2
   echo "setup: build failed (full log: $build.build.log)" >&2
