@@ -231,9 +231,8 @@ class Impl final : public CublasLtLinear {
     cudaStream_t stream = static_cast<cudaStream_t>(stream_v);
     DeviceGuard g(device_);
     std::lock_guard<std::mutex> lock(ctx_->mu);
-    const Workspace ws = prepare(x, m, stream);
-    const size_t y_align = alignment_of(y);
-    const Plan& p = plan(m, y_align);
+    const Plan& p = plan(m, alignment_of(y));
+    const Workspace ws = prepare(x, m, stream, p.staged ? staging_bytes(p) : 0);
     void* d = y;
     if (p.staged) d = ws.staging;
     const void* a_scale = w_scales_.p;
@@ -257,7 +256,7 @@ class Impl final : public CublasLtLinear {
   internal::OperandImages images(const void* x, int64_t m) const {
     DeviceGuard g(device_);
     std::lock_guard<std::mutex> lock(ctx_->mu);
-    const Workspace ws = prepare(x, m, nullptr);
+    const Workspace ws = prepare(x, m, nullptr, 0);
     LT_CUDA(cudaDeviceSynchronize());
     internal::OperandImages o;
     o.rows_pad = round_up(m, kRowAlign);
@@ -284,7 +283,7 @@ class Impl final : public CublasLtLinear {
   struct Workspace {
     uint8_t* x_codes = nullptr;   // (round_up(m,128), Kp/2)
     uint8_t* x_scales = nullptr;  // swizzled_bytes(m, K/16)
-    void* staging = nullptr;      // (round_up(m,16), round_up(N,16)) T, for staged plans
+    void* staging = nullptr;      // (plan tokens, plan rows) T, for staged plans
   };
 
   // One cuBLASLt configuration for a token count: descriptors, layouts and the chosen algorithm.
@@ -312,17 +311,17 @@ class Impl final : public CublasLtLinear {
     return a;
   }
 
-  size_t staging_bytes(int64_t m) const {
-    return static_cast<size_t>(round_up(m, 16) * round_up(n_, 16)) * 2;
-  }
+  // Bytes of the staging output of a staged plan: D is (tokens, rows) in T.
+  static size_t staging_bytes(const Plan& p) { return static_cast<size_t>(p.tokens * p.rows) * 2; }
 
-  // Quantizes x into the padded activation image (per-device workspace). Caller holds ctx_->mu.
-  Workspace prepare(const void* x, int64_t m, cudaStream_t stream) const {
+  // Quantizes x into the padded activation image (per-device workspace), which also holds `stage` bytes of
+  // staging output. Caller holds ctx_->mu.
+  Workspace prepare(const void* x, int64_t m, cudaStream_t stream, size_t stage) const {
     const int64_t mp = round_up(m, kRowAlign);
     const size_t codes_bytes = align_up(static_cast<size_t>(mp * (kp_ / 2)));
     const size_t scales_bytes = align_up(static_cast<size_t>(swizzled_bytes(m, k_ / kGroupSize)));
     const size_t tight_bytes = kp_ != k_ ? align_up(static_cast<size_t>(m * (k_ / 2))) : 0;
-    const size_t stage_bytes = align_up(staging_bytes(m));
+    const size_t stage_bytes = align_up(stage);
     uint8_t* base = ctx_->scratch_at_least(codes_bytes + scales_bytes + tight_bytes + stage_bytes);
     Workspace ws;
     ws.x_codes = base;
@@ -425,8 +424,10 @@ class Impl final : public CublasLtLinear {
       tries.push_back({n_, m, false, true, y_align});
       tries.push_back({n_, m, false, false, y_align});
     }
-    tries.push_back({round_up(n_, 16), round_up(m, 16), true, true, kAlign});
-    tries.push_back({round_up(n_, 16), round_up(m, 16), true, false, kAlign});
+    // Staged: N and m rounded up to 16, then to the 128 of the scale tiles (the operand images and the
+    // activation workspace already have that many rows, so no plan reads outside them).
+    for (int64_t a : {int64_t(16), kRowAlign})
+      for (bool dev : {true, false}) tries.push_back({round_up(n_, a), round_up(m, a), true, dev, kAlign});
     std::string tried;
     for (const Try& t : tries) {
       Plan p;
