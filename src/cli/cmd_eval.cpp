@@ -16,7 +16,7 @@ namespace {
 
 int run_eval(int argc, char** argv) {
   CLI::App app{"Perplexity of a model directory over a text file (consecutive windows, each from an empty cache)"};
-  std::string dir, file, sem;
+  std::string dir, file, sem, nll_out;
   int64_t window = 512, max_tokens = 0;
   bool verbose = false, json = false;
   int threads = 0;
@@ -27,6 +27,7 @@ int run_eval(int argc, char** argv) {
   app.add_option("--ctx", window, "window size in tokens (default 512)")->check(CLI::Range(int64_t(2), int64_t(1) << 20));
   app.add_option("--max-tokens", max_tokens, "score only the first N tokens of the file (0 = all)")->check(CLI::Range(int64_t(0), int64_t(1) << 40));
   app.add_option("-t,--threads", threads, "CPU threads")->check(CLI::Range(0, 4096));
+  app.add_option("--nll-out", nll_out, "write each scored token's negative log-likelihood (one per line) to this file");
   app.add_flag("--json", json, "print one JSON object instead of text");
   app.add_flag("-v,--verbose", verbose, "debug logging");
   nvfp4::cli::add_dispatch_flags(app, &df);
@@ -61,6 +62,15 @@ int run_eval(int argc, char** argv) {
   const auto r = nvfp4::model::perplexity(*model, ids, window, [&](int64_t d, int64_t t) {
     rep.step("window", static_cast<size_t>(d), static_cast<size_t>(t));
   });
+  if (!nll_out.empty()) {
+    std::string txt;
+    char buf[32];
+    for (double v : r.nll) {
+      std::snprintf(buf, sizeof(buf), "%.9g\n", v);
+      txt += buf;
+    }
+    nvfp4::io::write_text_file_atomic(nll_out, txt);
+  }
   const double tps = r.seconds > 0 ? static_cast<double>(r.scored + r.windows) / r.seconds : 0.0;
   if (json) {
     std::printf("{\"perplexity\": %.6f, \"tokens\": %lld, \"windows\": %lld, \"seconds\": %.3f, \"tokens_per_second\": %.2f, "

@@ -54,7 +54,9 @@ PerplexityResult perplexity(LlamaModel& m, const std::vector<int32_t>& tokens, i
       m.forward(tokens.data() + start, len, logits.data(), true);
       r.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       for (int64_t i = 0; i + 1 < len; ++i) {
-        r.nll_sum += token_nll(logits.data() + i * vocab, vocab, tokens[static_cast<size_t>(start + i + 1)]);
+        const double v = token_nll(logits.data() + i * vocab, vocab, tokens[static_cast<size_t>(start + i + 1)]);
+        r.nll_sum += v;
+        r.nll.push_back(v);
         ++r.scored;
       }
       ++r.windows;

@@ -21,6 +21,7 @@ struct PerplexityResult {
   int64_t scored = 0;      // tokens scored (each window's first token is context only)
   int64_t windows = 0;
   double seconds = 0;      // forward time
+  std::vector<double> nll; // per scored token, in text order
   double perplexity() const;  // exp(nll_sum / scored)
 };
 
