@@ -231,7 +231,7 @@ Selection select_linear(const DeviceInfo& dev_in, const BuildInfo& build, LayerS
         throw UsageError(ov.semantics_from + " (w4a16) contradicts " + ov.emulation_from + " (W4A4 emulation)");
     } else {
       s = flavor == EmulationFlavor::Vllm ? Semantics::W4A4_VLLM : Semantics::W4A4;
-      from = ov.emulation_from + (ov.flavor ? ", " + ov.flavor_from : std::string());
+      from = ov.emulation_from + (ov.flavor && ov.flavor_from != ov.emulation_from ? ", " + ov.flavor_from : "");
     }
     sel.semantics = s;
     reasons.push_back(from);
