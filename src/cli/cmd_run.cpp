@@ -22,9 +22,9 @@ double ms_since(clk::time_point t) { return std::chrono::duration<double, std::m
 
 int run_generate(int argc, char** argv) {
   CLI::App app{"Generate text with a Llama-family model directory (bf16/fp16/fp32 or NVFP4)"};
-  std::string dir, prompt, system;
+  std::string dir, prompt, system, sem;
   int64_t n_predict = 64, ctx = 2048;
-  bool chat = false, verbose = false, raw = false, print_tokens = false;
+  bool chat = false, verbose = false, raw = false, print_tokens = false, ignore_eos = false;
   int threads = 0;
   nvfp4::model::SamplerOptions so;
   nvfp4::cli::DispatchFlags df;
@@ -39,6 +39,8 @@ int run_generate(int argc, char** argv) {
   app.add_option("--top-p", so.top_p, "nucleus cut; 1 = none (default 0.95)")->check(CLI::Range(0.0f, 1.0f));
   app.add_option("--ctx", ctx, "context (KV cache) size in tokens (default 2048)")->check(CLI::Range(int64_t(2), int64_t(1) << 20));
   app.add_option("-t,--threads", threads, "CPU threads (default: NVFP4_NUM_THREADS or all cores)")->check(CLI::Range(0, 4096));
+  app.add_option("--semantics", sem, "semantics of the quantized linears: w4a16, w4a4 or w4a4-vllm (default: dispatch)");
+  app.add_flag("--ignore-eos", ignore_eos, "keep generating after an end-of-sequence token (speed measurements)");
   app.add_flag("--raw", raw, "print special tokens too");
   app.add_flag("--print-tokens", print_tokens,
                "print the prompt's token ids (after --chat) as a JSON list and exit without loading the weights");
@@ -74,6 +76,14 @@ int run_generate(int argc, char** argv) {
   if (ids.empty()) throw nvfp4::UsageError("the prompt encodes to no tokens");
   nvfp4::model::LoadOptions lo;
   lo.overrides = nvfp4::cli::dispatch_overrides(df);
+  if (!sem.empty()) {
+    nvfp4::Semantics s;
+    if (!nvfp4::semantics_from_name(sem, &s)) {
+      throw nvfp4::UsageError("--semantics: invalid value '" + sem + "' (valid: w4a16, w4a4, w4a4-vllm)");
+    }
+    lo.overrides.semantics = s;
+    lo.overrides.semantics_from = "--semantics " + sem;
+  }
   lo.max_context = ctx;
   auto model = nvfp4::model::LlamaModel::load(dir, lo, rep);
   const double load_ms = ms_since(t_load);
@@ -105,7 +115,7 @@ int run_generate(int argc, char** argv) {
     const int32_t next = sampler.sample(logits.data(), vocab);
     sample_ms += ms_since(ts);
     ++generated;
-    const bool stop = std::find(stops.begin(), stops.end(), next) != stops.end();
+    const bool stop = !ignore_eos && std::find(stops.begin(), stops.end(), next) != stops.end();
     if (!stop || raw) {
       if (raw || !tok.is_special(next)) {
         const std::string piece = tok.token_bytes(next);
