@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backends/cublaslt/cublaslt_linear.h"
@@ -26,5 +27,8 @@ std::unique_ptr<CublasLtLinear> create_unchecked(const LinearWeights& w, DType a
 OperandImages prepare_for_test(const CublasLtLinear& layer, const void* x, int64_t m);
 // Asks cuBLASLt for the plan used at m tokens; throws the executor's nvfp4::Error when there is none.
 void plan_for_test(const CublasLtLinear& layer, int64_t m);
+// Builds (and frees) the matmul descriptor and layouts the executor uses for a (rows x K) weight and `tokens`
+// activations: host-only cuBLASLt calls, no GPU needed. Returns "" or "<step>: <cuBLASLt status>".
+std::string check_descriptors(DType act, int64_t k, int64_t rows, int64_t tokens, bool device_scalars);
 
 }  // namespace nvfp4::cublaslt::internal

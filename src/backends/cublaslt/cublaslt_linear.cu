@@ -172,6 +172,60 @@ void launch_finish(DType act, const void* src, int64_t ld, void* y, int64_t m, i
   LT_CUDA(cudaGetLastError());
 }
 
+// One cuBLASLt configuration for a token count: descriptors, layouts and the chosen algorithm.
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  int64_t rows = 0, tokens = 0;  // GEMM m (output features, ld of D) and n (tokens)
+  bool staged = false;           // D is the staging buffer, copied to y by the finishing kernel
+  bool device_scalars = true;    // alpha/beta from device memory
+  void destroy() {
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+    d = b = a = nullptr;
+    desc = nullptr;
+  }
+};
+
+// Builds the matmul descriptor and the A/B/D layouts of p (p.rows, p.tokens, p.device_scalars set) for
+// activations of type act and padded K kp. Host-only cuBLASLt calls (no device, no handle), so they are
+// tested without a GPU. Returns "" or "<step>: <cuBLASLt status>" (p is then destroyed).
+std::string make_descriptors(DType act, int64_t kp, const void* a_scale, Plan* p) {
+  std::string err;
+  auto done = [&](cublasStatus_t s, const char* what) {
+    if (s == CUBLAS_STATUS_SUCCESS) return false;
+    err = std::string(what) + ": " + cublasLtGetStatusName(s);
+    p->destroy();
+    return true;
+  };
+  if (done(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate")) return err;
+  const int32_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
+  // Set explicitly: left at the default (SCALAR_32F), cuBLASLt reads the scale pointers as one fp32 each.
+  const int32_t scale_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3;
+  const int32_t ptr_mode = p->device_scalars ? CUBLASLT_POINTER_MODE_DEVICE : CUBLASLT_POINTER_MODE_HOST;
+  const void* b_scale = a_scale;  // replaced per call; the heuristic does not read it
+  auto set = [&](cublasLtMatmulDescAttributes_t attr, const void* v, size_t n, const char* what) {
+    return done(cublasLtMatmulDescSetAttribute(p->desc, attr, v, n), what);
+  };
+  if (set(CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof(op_t), "TRANSA") ||
+      set(CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof(op_n), "TRANSB") ||
+      set(CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &scale_mode, sizeof(scale_mode), "A_SCALE_MODE") ||
+      set(CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &scale_mode, sizeof(scale_mode), "B_SCALE_MODE") ||
+      set(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale, sizeof(a_scale), "A_SCALE_POINTER") ||
+      set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale, sizeof(b_scale), "B_SCALE_POINTER") ||
+      set(CUBLASLT_MATMUL_DESC_POINTER_MODE, &ptr_mode, sizeof(ptr_mode), "POINTER_MODE"))
+    return err;
+  const cudaDataType_t out_t = act == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
+  if (done(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_4F_E2M1, kp, p->rows, kp), "layout A") ||
+      done(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_4F_E2M1, kp, p->tokens, kp), "layout B") ||
+      done(cublasLtMatrixLayoutCreate(&p->d, out_t, p->rows, p->tokens, p->rows), "layout D"))
+    return err;
+  return err;
+}
+
 // ---- the layer ----------------------------------------------------------------------------------------
 class Impl final : public CublasLtLinear {
  public:
@@ -286,24 +340,6 @@ class Impl final : public CublasLtLinear {
     void* staging = nullptr;      // (plan tokens, plan rows) T, for staged plans
   };
 
-  // One cuBLASLt configuration for a token count: descriptors, layouts and the chosen algorithm.
-  struct Plan {
-    cublasLtMatmulDesc_t desc = nullptr;
-    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-    cublasLtMatmulAlgo_t algo{};
-    int64_t rows = 0, tokens = 0;  // GEMM m (output features, ld of D) and n (tokens)
-    bool staged = false;           // D is the staging buffer, copied to y by the finishing kernel
-    bool device_scalars = true;    // alpha/beta from device memory
-    void destroy() {
-      if (d) cublasLtMatrixLayoutDestroy(d);
-      if (b) cublasLtMatrixLayoutDestroy(b);
-      if (a) cublasLtMatrixLayoutDestroy(a);
-      if (desc) cublasLtMatmulDescDestroy(desc);
-      d = b = a = nullptr;
-      desc = nullptr;
-    }
-  };
-
   static size_t alignment_of(const void* p) {
     const uintptr_t v = reinterpret_cast<uintptr_t>(p);
     size_t a = kAlign;
@@ -350,37 +386,14 @@ class Impl final : public CublasLtLinear {
     p.tokens = tokens;
     p.staged = staged;
     p.device_scalars = device_scalars;
+    *status = make_descriptors(act_, kp_, w_scales_.p, &p);
+    if (!status->empty()) return false;
     auto done = [&](cublasStatus_t s, const char* what) {
       if (s == CUBLAS_STATUS_SUCCESS) return false;
       *status = std::string(what) + ": " + cublasLtGetStatusName(s);
       p.destroy();
       return true;
     };
-    if (done(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate"))
-      return false;
-    const int32_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
-    const int32_t scale_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3;
-    const int32_t ptr_mode = device_scalars ? CUBLASLT_POINTER_MODE_DEVICE : CUBLASLT_POINTER_MODE_HOST;
-    const void* a_scale = w_scales_.p;
-    const void* b_scale = w_scales_.p;  // replaced per call; the heuristic does not read it
-    if (done(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof(op_t)), "TRANSA") ||
-        done(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof(op_n)), "TRANSB") ||
-        done(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &scale_mode,
-                                            sizeof(scale_mode)), "A_SCALE_MODE") ||
-        done(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &scale_mode,
-                                            sizeof(scale_mode)), "B_SCALE_MODE") ||
-        done(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale, sizeof(a_scale)),
-             "A_SCALE_POINTER") ||
-        done(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale, sizeof(b_scale)),
-             "B_SCALE_POINTER") ||
-        done(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, &ptr_mode, sizeof(ptr_mode)),
-             "POINTER_MODE"))
-      return false;
-    const cudaDataType_t out_t = act_ == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
-    if (done(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_4F_E2M1, kp_, rows, kp_), "layout A") ||
-        done(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_4F_E2M1, kp_, tokens, kp_), "layout B") ||
-        done(cublasLtMatrixLayoutCreate(&p.d, out_t, rows, tokens, rows), "layout D"))
-      return false;
     cublasLtMatmulPreference_t pref = nullptr;
     if (done(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate")) return false;
     const uint64_t ws_bytes = ctx_->workspace.bytes;
@@ -478,6 +491,17 @@ OperandImages prepare_for_test(const CublasLtLinear& layer, const void* x, int64
 }
 
 void plan_for_test(const CublasLtLinear& layer, int64_t m) { dynamic_cast<const Impl&>(layer).plan_only(m); }
+
+std::string check_descriptors(DType act, int64_t k, int64_t rows, int64_t tokens, bool device_scalars) {
+  Plan p;
+  p.rows = rows;
+  p.tokens = tokens;
+  p.device_scalars = device_scalars;
+  static const uint8_t dummy[16] = {};
+  const std::string err = make_descriptors(act, padded_k(k), dummy, &p);
+  p.destroy();
+  return err;
+}
 
 }  // namespace internal
 
