@@ -50,6 +50,11 @@ int run_generate(int argc, char** argv) {
   if (threads > 0) nvfp4::set_num_threads(threads);
   const auto rep = nvfp4::cli::stderr_reporter(verbose);
 
+  nvfp4::Semantics semantics = nvfp4::Semantics::W4A16;
+  if (!sem.empty() && !nvfp4::semantics_from_name(sem, &semantics)) {
+    throw nvfp4::UsageError("--semantics: invalid value '" + sem + "' (valid: w4a16, w4a4, w4a4-vllm)");
+  }
+  const nvfp4::Overrides dispatch = nvfp4::cli::dispatch_overrides(df);  // validates the flags up front
   const auto t_load = clk::now();
   auto tok = nvfp4::model::load_tokenizer(dir);
 
@@ -75,13 +80,9 @@ int run_generate(int argc, char** argv) {
   }
   if (ids.empty()) throw nvfp4::UsageError("the prompt encodes to no tokens");
   nvfp4::model::LoadOptions lo;
-  lo.overrides = nvfp4::cli::dispatch_overrides(df);
+  lo.overrides = dispatch;
   if (!sem.empty()) {
-    nvfp4::Semantics s;
-    if (!nvfp4::semantics_from_name(sem, &s)) {
-      throw nvfp4::UsageError("--semantics: invalid value '" + sem + "' (valid: w4a16, w4a4, w4a4-vllm)");
-    }
-    lo.overrides.semantics = s;
+    lo.overrides.semantics = semantics;
     lo.overrides.semantics_from = "--semantics " + sem;
   }
   lo.max_context = ctx;

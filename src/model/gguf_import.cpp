@@ -131,15 +131,15 @@ std::string gguf_tokenizer_json(const io::GgufFile& f) {
 
 ImportSummary import_gguf(const std::string& gguf_path, const std::string& out_dir, bool overwrite,
                           const Reporter& rep) {
+  if (fs::exists(out_dir) && !overwrite) {
+    throw UsageError(out_dir + ": already exists (use --force to replace it)");
+  }
   auto f = io::GgufFile::open(gguf_path);
   ImportSummary s;
   s.architecture = f->get_string("general.architecture", "");
   const std::string& a = s.architecture;
   if (a != "llama" && a != "qwen2") {
     fail(gguf_path + ": general.architecture is '" + a + "', expected llama or qwen2");
-  }
-  if (fs::exists(out_dir) && !overwrite) {
-    throw UsageError(out_dir + ": already exists (use --force to replace it)");
   }
   const int64_t hidden = static_cast<int64_t>(f->get_uint(a + ".embedding_length"));
   const int64_t inter = static_cast<int64_t>(f->get_uint(a + ".feed_forward_length"));
