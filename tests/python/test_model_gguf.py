@@ -2,8 +2,9 @@
 """`nvfp4 import-gguf` against the `gguf` Python package (llama.cpp's own reader/writer).
 
 1. A tiny Llama GGUF is written with gguf.GGUFWriter: HF-layout random weights, q/k rows permuted the way
-   llama.cpp's convert_hf_to_gguf.py does, tensors quantized with gguf.quants (Q4_0, Q4_1, Q8_0) or stored as
-   F16/F32, a byte-level vocabulary with merges and control tokens. After import, every tensor must equal
+   llama.cpp's convert_hf_to_gguf.py does, tensors quantized with gguf.quants (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0),
+   stored as F16/F32/BF16, or random Q4_K/Q6_K blocks (gguf-py can only dequantize those), a byte-level
+   vocabulary with merges and control tokens. After import, every tensor must equal
    bf16(unpermute(gguf.quants.dequantize(...))) within one bf16 ulp (both sides evaluate ggml's f32 formula;
    a one-f32-ulp difference in op order can move a bf16 rounding by at most one bf16 ulp), config.json and
    tokenizer.json must carry the metadata, and the imported model must run.
@@ -91,7 +92,7 @@ def byte_vocab():
 
 def write_tiny(path):
     rng = np.random.default_rng(5)
-    H, heads, kv, ff, L = 64, 4, 2, 96, 2
+    H, heads, kv, ff, L = 256, 4, 2, 512, 2
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     toks = specials + byte_vocab() + ["\u0120t", "he", "\u0120the"]
     merges = ["\u0120 t", "h e", "\u0120t he"]
@@ -119,6 +120,21 @@ def write_tiny(path):
     def add(gname, hname, arr_hf, qtype, n_head=None):
         stored = permute(arr_hf, n_head) if n_head else arr_hf
         stored = np.ascontiguousarray(stored, dtype=np.float32)
+        if qtype in (Q.Q4_K, Q.Q6_K):
+            # gguf-py cannot quantize K-quants: random blocks with small finite f16 super-block scales.
+            bs, bb = gguf.GGML_QUANT_SIZES[qtype]
+            nblk = stored.size // bs
+            raw = rng.integers(0, 256, size=(nblk, bb), dtype=np.uint8)
+            d = rng.uniform(0.001, 0.02, size=(nblk, 2)).astype(np.float16).view(np.uint8).reshape(nblk, 4)
+            if qtype == Q.Q4_K:
+                raw[:, 0:4] = d           # d, dmin
+            else:
+                raw[:, 208:210] = d[:, 0:2]  # d is the last field
+            raw = raw.reshape(stored.shape[0], -1)
+            w.add_tensor(gname, raw, raw_shape=raw.shape, raw_dtype=qtype)
+            deq = quants.dequantize(raw, qtype).reshape(stored.shape)
+            hf[hname] = unpermute(deq, n_head) if n_head else deq
+            return
         if qtype in (Q.F32, Q.F16):
             data = stored.astype(np.float16) if qtype == Q.F16 else stored
             w.add_tensor(gname, data)
@@ -131,19 +147,23 @@ def write_tiny(path):
 
     add("token_embd.weight", "model.embed_tokens.weight", rng.normal(0, 1, (V, H)), Q.Q8_0)
     add("output_norm.weight", "model.norm.weight", 1 + 0.1 * rng.normal(0, 1, H), Q.F32)
-    add("output.weight", "lm_head.weight", rng.normal(0, 0.2, (V, H)), Q.Q8_0)
+    add("output.weight", "lm_head.weight", rng.normal(0, 0.02, (V, H)), Q.Q8_0)  # near-uniform logits
     hd = H // heads
+    # Layer 0 has llama.cpp's common types, layer 1 the others (K-quants need rows of 256).
+    types = [[Q.Q4_1, Q.Q4_0, Q.F16, Q.Q8_0, Q.Q4_1, Q.Q4_0, Q.Q4_1],
+             [Q.Q5_0, Q.Q5_1, Q.BF16, Q.Q4_K, Q.Q6_K, Q.Q8_0, Q.Q4_K]]
     for i in range(L):
         p, b = f"model.layers.{i}.", f"blk.{i}."
+        tq, tk, tv, to, tg, tu, td = types[i % 2]
         add(b + "attn_norm.weight", p + "input_layernorm.weight", 1 + 0.1 * rng.normal(0, 1, H), Q.F32)
         add(b + "ffn_norm.weight", p + "post_attention_layernorm.weight", 1 + 0.1 * rng.normal(0, 1, H), Q.F32)
-        add(b + "attn_q.weight", p + "self_attn.q_proj.weight", rng.normal(0, 0.1, (heads * hd, H)), Q.Q4_1, heads)
-        add(b + "attn_k.weight", p + "self_attn.k_proj.weight", rng.normal(0, 0.1, (kv * hd, H)), Q.Q4_0, kv)
-        add(b + "attn_v.weight", p + "self_attn.v_proj.weight", rng.normal(0, 0.1, (kv * hd, H)), Q.F16)
-        add(b + "attn_output.weight", p + "self_attn.o_proj.weight", rng.normal(0, 0.1, (H, H)), Q.Q8_0)
-        add(b + "ffn_gate.weight", p + "mlp.gate_proj.weight", rng.normal(0, 0.1, (ff, H)), Q.Q4_1)
-        add(b + "ffn_up.weight", p + "mlp.up_proj.weight", rng.normal(0, 0.1, (ff, H)), Q.Q4_0)
-        add(b + "ffn_down.weight", p + "mlp.down_proj.weight", rng.normal(0, 0.1, (H, ff)), Q.Q4_1)
+        add(b + "attn_q.weight", p + "self_attn.q_proj.weight", rng.normal(0, 0.1, (heads * hd, H)), tq, heads)
+        add(b + "attn_k.weight", p + "self_attn.k_proj.weight", rng.normal(0, 0.1, (kv * hd, H)), tk, kv)
+        add(b + "attn_v.weight", p + "self_attn.v_proj.weight", rng.normal(0, 0.1, (kv * hd, H)), tv)
+        add(b + "attn_output.weight", p + "self_attn.o_proj.weight", rng.normal(0, 0.1, (H, H)), to)
+        add(b + "ffn_gate.weight", p + "mlp.gate_proj.weight", rng.normal(0, 0.1, (ff, H)), tg)
+        add(b + "ffn_up.weight", p + "mlp.up_proj.weight", rng.normal(0, 0.1, (ff, H)), tu)
+        add(b + "ffn_down.weight", p + "mlp.down_proj.weight", rng.normal(0, 0.1, (H, ff)), td)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -170,7 +190,7 @@ def test_tiny():
         for name, want in hf.items():
             check_close(name, got[name], want)
         cfg = json.load(open(os.path.join(out, "config.json")))
-        for k, v in {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 96,
+        for k, v in {"hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 512,
                      "num_hidden_layers": 2, "rope_theta": 50000.0, "vocab_size": len(toks),
                      "tie_word_embeddings": False, "eos_token_id": 2}.items():
             assert cfg[k] == v, f"config.json {k} = {cfg[k]}, expected {v}"

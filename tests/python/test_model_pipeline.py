@@ -2,8 +2,10 @@
 """End to end: import-gguf -> calibrate -> quantize --scheme nvfp4 -> eval in every semantics -> run.
 
 Always: a tiny random Llama GGUF (written with the gguf package, see test_model_gguf.py) goes through the
-whole pipeline. Checked: every step exits 0; perplexities are finite and in [1, 4·V] (V = vocabulary; a
-random model sits near V, a scale or layout bug gives inf/NaN or far more); the semantics flag takes effect
+whole pipeline. Checked: every step exits 0; perplexities are finite and in [1, 2·V] (V = vocabulary). The
+tiny lm_head has N(0, 0.02²) weights over H = 256 inputs of RMS ~1 (after the final norm), so the logits are
+near-Gaussian with σ ≈ 0.02·sqrt(256) = 0.32 and perplexity ≈ V·exp(σ²/2) ≈ 1.05·V (E[logsumexp] of V
+Gaussian logits is log V + σ²/2); 2·V allows σ up to 1.18. A scale or layout bug gives NaN/inf or far more; the semantics flag takes effect
 (w4a16, w4a4 and w4a4-vllm give different per-token NLLs, while the default on this CPU equals w4a16, the
 SPEC §6 fallback); the unquantized run differs from every quantized one.
 
@@ -89,7 +91,7 @@ def test_tiny():
         V = len(toks)
         for k, v in res.items():
             p = ppl(v)
-            assert 1.0 <= p <= 4 * V, f"tiny {k}: perplexity {p} outside [1, {4 * V}]"
+            assert 1.0 <= p <= 2 * V, f"tiny {k}: perplexity {p} outside [1, {2 * V}]"
         assert res["default"] == res["w4a16"], "default semantics on the CPU must be the W4A16 fallback"
         names = ["bf16", "w4a16", "w4a4", "w4a4-vllm"]
         for i in range(len(names)):
