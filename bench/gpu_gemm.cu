@@ -159,7 +159,7 @@ std::vector<int64_t> parse_list(const char* s) {
 int main(int argc, char** argv) {
   std::vector<int64_t> shape_ids = {0, 1, 2, 3, 4, 5, 6};
   std::vector<int64_t> ms = {1, 16, 128, 1024, 4096};
-  std::vector<int64_t> xover = {32, 64, 128, 256};
+  std::vector<int64_t> xover = {48, 64, 96, 128, 192};
   int reps = 50;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) {

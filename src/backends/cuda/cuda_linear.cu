@@ -6,6 +6,7 @@
 #include <cublas_v2.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cmath>
 #include <mutex>
 #include <vector>
@@ -53,7 +54,7 @@ bool kernels_available(int device, std::string* why) {
 
 namespace {
 
-constexpr int64_t kWeightChunkBytes = 32ll << 20;  // bound of the dequantized weight tile workspace
+constexpr int64_t kWeightChunkBytes = 64ll << 20;  // bound of the dequantized weight tile workspace
 
 
 template <typename P>
@@ -82,21 +83,32 @@ struct DevBuf {
   }
 };
 
-// Grow-only per-object scratch; growing synchronizes the device and cannot happen during graph capture.
-struct Scratch {
-  DevBuf<uint8_t> buf;
-  uint8_t* get(size_t n, cudaStream_t stream) {
-    if (buf.bytes >= n) return buf.p;
-    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-    check_cuda(cudaStreamIsCapturing(stream, &st), "cudaStreamIsCapturing");
-    NVFP4_CHECK(st == cudaStreamCaptureStatusNone,
-                "cuda linear: workspace of " + std::to_string(n) +
-                    " bytes needed while capturing a CUDA graph; run the largest M once before capturing");
-    check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize (workspace growth)");
-    buf.alloc(std::max(n, buf.bytes * 2));
-    return buf.p;
+// Transient device memory, stream-ordered (cudaMallocAsync from the device's pool: capturable in CUDA
+// graphs, reused without synchronisation, safe for layers running on different streams).
+struct StreamBuf {
+  void* p = nullptr;
+  cudaStream_t stream;
+  StreamBuf(size_t bytes, cudaStream_t s) : stream(s) { check_cuda(cudaMallocAsync(&p, bytes, s), "cudaMallocAsync"); }
+  ~StreamBuf() {
+    if (p) cudaFreeAsync(p, stream);
   }
+  StreamBuf(const StreamBuf&) = delete;
+  StreamBuf& operator=(const StreamBuf&) = delete;
+  uint8_t* get() const { return static_cast<uint8_t*>(p); }
 };
+
+// Keep freed stream-ordered memory cached in the device's pool (the workspaces come back every call).
+void keep_pool_memory(int device) {
+  static std::mutex mu;
+  static std::vector<int> done;
+  std::lock_guard<std::mutex> lock(mu);
+  if (std::find(done.begin(), done.end(), device) != done.end()) return;
+  cudaMemPool_t pool;
+  check_cuda(cudaDeviceGetDefaultMemPool(&pool, device), "cudaDeviceGetDefaultMemPool");
+  uint64_t keep = 2ull << 30;
+  check_cuda(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep), "cudaMemPoolSetAttribute");
+  done.push_back(device);
+}
 
 class CudaLinearImpl final : public CudaLinear {
  public:
@@ -142,10 +154,18 @@ class CudaLinearImpl final : public CudaLinear {
     check_cuda(cudaGetLastError(), "upload");
     if (cublasCreate(&blas_) != CUBLAS_STATUS_SUCCESS) fail("cuda linear '" + w.name + "': cublasCreate failed");
     blas_ws_.alloc(32u << 20);
+
     cublasSetWorkspace(blas_, blas_ws_.p, blas_ws_.bytes);
     const int64_t rows = std::max<int64_t>(128, kWeightChunkBytes / (2 * k_) / 128 * 128);
     chunk_rows_ = static_cast<int>(std::min<int64_t>(rows, n16_ * 16));
     fused_max_m_ = default_fused_max_m(s, n_, k_);
+    check_cuda(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+    keep_pool_memory(device);
+  }
+  void set_tile_rows(int rows) {
+    NVFP4_CHECK(rows > 0 && rows % 16 == 0, "cuda linear: weight tile rows " + std::to_string(rows) +
+                                                " must be a positive multiple of 16");
+    chunk_rows_ = static_cast<int>(std::min<int64_t>(rows, n16_ * 16));
   }
   void set_fused_max_m(int64_t m) { fused_max_m_ = m < 0 ? default_fused_max_m(sem_, n_, k_) : m; }
   ~CudaLinearImpl() override {
@@ -180,7 +200,8 @@ class CudaLinearImpl final : public CudaLinear {
     const size_t codes_bytes = static_cast<size_t>(m * (k_ / 2));
     const size_t scale_bytes = static_cast<size_t>(m * (k_ / 16));
     const size_t deq_bytes = large ? static_cast<size_t>(m * k_ * 2) : 0;
-    uint8_t* ws = act_ws_.get(codes_bytes + scale_bytes + deq_bytes + 64, stream);
+    StreamBuf buf(codes_bytes + scale_bytes + deq_bytes + 64, stream);
+    uint8_t* ws = buf.get();
     uint8_t* codes = ws;
     uint8_t* scales = ws + codes_bytes;
     detail::launch_quantize(x, act_, m, k_, x_enc_, codes, scales, ScaleLayout::Linear,
@@ -217,19 +238,29 @@ class CudaLinearImpl final : public CudaLinear {
 
   void fused(detail::GemmParams& p, detail::Mode mode, cudaStream_t stream) const {
     const int nt = p.m <= 8 ? 1 : p.m <= 16 ? 2 : 4;
-    // K split inside a block: enough chunks per warp to keep loads in flight, and enough blocks to fill
-    // the device.
-    int wk = 8;
-    while (wk > 1 && p.kc / wk < 4) wk /= 2;
+    // Weight tiles per warp (they share the activation fragments): as many as keep >= 2 blocks per SM.
+    const int64_t mblocks = ceil_div(p.m, 8 * nt);
+    int nw = nt == 4 ? 2 : 4;
+    while (nw > 1 && mblocks * ceil_div(n16_, nw) < 2 * sms_) nw /= 2;
+    // K split inside a block: the warps of a block that share a K range also share the activations in
+    // L1, so split K only as much as needed for >= 2 blocks per SM, and keep >= 2 chunks per warp.
+    const int64_t groups = ceil_div(n16_, nw);
+    int wk = 1;
+    while (wk < 8 && mblocks * ceil_div(groups, 8 / wk) < 2 * sms_) wk *= 2;
+    while (wk > 1 && kc_ / wk < 2) wk /= 2;
     p.wk = wk;
-    detail::launch_fused_gemm(p, act_, mode, nt, stream);
+    detail::launch_fused_gemm(p, act_, mode, nt, nw, stream);
   }
 
   // y = T(alpha · x_T · W_Tᵀ) through cuBLAS (f32 compute), weight tiles of chunk_rows_ rows dequantized
   // to T (exact: e2m1·S; vLLM: T(e2m1·f32(S·D_w))), then the bias.
+  // Weight tiles of chunk_rows_ rows are dequantized one after the other into one stream-ordered buffer,
+  // each followed by its cuBLAS GEMM. (Dequantizing the next tile on a second stream was measured to give
+  // nothing: the GEMM occupies every SM.)
   void run_large(const uint8_t* xt, int64_t m, void* y, float alpha, bool vllm, cudaStream_t stream) const {
     detail::GemmParams p = params(m, y);
-    uint8_t* wbuf = w_ws_.get(static_cast<size_t>(chunk_rows_) * k_ * 2, stream);
+    StreamBuf wb(static_cast<size_t>(chunk_rows_) * k_ * 2, stream);
+    uint8_t* wbuf = wb.get();
     cublasSetStream(blas_, stream);
     const cudaDataType_t dt = act_ == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
     const float beta = 0.0f;
@@ -259,7 +290,8 @@ class CudaLinearImpl final : public CudaLinear {
   DevBuf<float> bias_;
   DevBuf<uint8_t> blas_ws_;
   cublasHandle_t blas_ = nullptr;
-  mutable Scratch act_ws_, w_ws_;
+
+  int sms_ = 132;
   mutable std::mutex mu_;
 };
 
@@ -278,12 +310,18 @@ void set_fused_max_m(CudaLinear& l, int64_t fused_max_m) {
   dynamic_cast<CudaLinearImpl&>(l).set_fused_max_m(fused_max_m);
 }
 
+void set_weight_tile_rows(CudaLinear& l, int rows) { dynamic_cast<CudaLinearImpl&>(l).set_tile_rows(rows); }
+
 // Largest M on the fused kernel; above it, dequantized weight tiles + cuBLAS (docs/PERF.md, crossover).
 int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k) {
-  (void)s;
-  (void)n;
-  (void)k;
-  return 64;
+  // Crossovers measured on H200 with bench_gemm (docs/PERF.md): the fused kernel wins up to M = 64 on
+  // small layers and up to 96-128 on large ones for w4a16; the W4A4 flavours quantize the activations
+  // first and lose earlier on N = 4096 layers.
+  if (s == Semantics::W4A16) {
+    const int64_t nk = n * k;
+    return nk < (48ll << 20) ? 64 : nk < (200ll << 20) ? 96 : 128;
+  }
+  return n < 6144 ? 32 : 64;
 }
 
 }  // namespace nvfp4::cuda

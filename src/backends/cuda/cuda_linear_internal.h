@@ -16,6 +16,9 @@ std::unique_ptr<CudaLinear> create_prepared(const LinearWeights& w, const Fragme
 // A negative value restores the default crossover.
 void set_fused_max_m(CudaLinear& l, int64_t fused_max_m);
 
+// Rows per dequantized weight tile of the large-M path (a multiple of 16; default: 64 MB per tile).
+void set_weight_tile_rows(CudaLinear& l, int rows);
+
 // Default crossover (largest M on the fused kernel) for a layer of this shape and semantics.
 int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k);
 

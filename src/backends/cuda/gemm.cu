@@ -6,24 +6,27 @@
 //     significant bits, no overflow, subnormals exact), and 2^c (c = 8 bf16, 7 f16) is folded into the f32
 //     output factor, which is exact because it is a power of two.
 //   vLLM flavour: T( e2m1 · f32(scale) ) computed in f32 and rounded to T, per element.
+#include <algorithm>
+
 #include "backends/cuda/cuda_util.cuh"
 #include "backends/cuda/gemm.cuh"
 
 namespace nvfp4::cuda::detail {
 namespace {
 
-template <typename T> __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                                              uint32_t b1);
-template <> __device__ __forceinline__ void mma16816<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4],
-                                                                    uint32_t b0, uint32_t b1) {
+template <typename T>
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
+template <>
+__device__ __forceinline__ void mma16816<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                                        uint32_t b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
-template <> __device__ __forceinline__ void mma16816<__half>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                                             uint32_t b1) {
+template <>
+__device__ __forceinline__ void mma16816<__half>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"
@@ -41,7 +44,8 @@ __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
 }
 
 // Scale register for the exact modes: S · 2^kScaleShift broadcast to both halves (exact in T).
-template <typename T> __device__ __forceinline__ uint32_t exact_scale2(uint32_t s8) {
+template <typename T>
+__device__ __forceinline__ uint32_t exact_scale2(uint32_t s8) {
   using A = Act<T>;
   const float f = __fmul_rn(e4m3_to_f32(s8), __uint_as_float(static_cast<uint32_t>(127 + A::kScaleShift) << 23));
   return as_u32(A::pack(f, f));
@@ -58,25 +62,30 @@ __device__ __forceinline__ uint32_t deq_pair(uint32_t q, uint32_t scale2, float 
   return as_u32(A::pack(__fmul_rn(A::to_f32(v, 0), scale_f), __fmul_rn(A::to_f32(v, 1), scale_f)));
 }
 
-template <typename T, int kMode, int kNT>
-__global__ void __launch_bounds__(256) fused_gemm_kernel(const GemmParams p) {
+// Block: 8 warps; warp w handles kNW consecutive 16-row weight tiles (sharing the activation fragments) and
+// one of p.wk K ranges; the wk partial sums of a tile group are added in a fixed order (deterministic).
+// Grid: x = token tiles of 8·kNT (fastest, so blocks reading the same weights run together), y = tile groups.
+template <typename T, int kMode, int kNT, int kNW>
+__global__ void __launch_bounds__(256, 2) fused_gemm_kernel(const GemmParams p) {
   using A = Act<T>;
   constexpr bool kVllm = kMode == static_cast<int>(Mode::W4A4_VLLM);
   constexpr bool kActQ = kMode != static_cast<int>(Mode::W4A16);
-  constexpr int kU = kNT <= 2 ? 4 : 2;  // chunks loaded ahead per iteration
-  __shared__ float red[8][kNT][4][32];
+  constexpr int kU = kNW * kNT <= 2 ? 2 : 1;  // chunks per register stage (two stages in flight)
+  __shared__ float red[8][kNW * kNT * 4][32];
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int wk = p.wk, wn = warp / wk, kk = warp % wk;
-  const int ntile = blockIdx.y * (8 / wk) + wn;
+  const int tile0 = (blockIdx.y * (8 / wk) + wn) * kNW;
   const int64_t m0 = static_cast<int64_t>(blockIdx.x) * 8 * kNT;
-  const bool active = ntile < p.n16;
+  const bool active = tile0 < p.n16;
 
-  float acc[kNT][4];
+  float acc[kNW][kNT][4];
 #pragma unroll
-  for (int j = 0; j < kNT; ++j)
+  for (int i = 0; i < kNW; ++i)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) acc[j][i] = 0.0f;
+    for (int j = 0; j < kNT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
   if (active) {
     const int per = (p.kc + wk - 1) / wk;
@@ -84,19 +93,34 @@ __global__ void __launch_bounds__(256) fused_gemm_kernel(const GemmParams p) {
     int64_t rows[kNT];
 #pragma unroll
     for (int j = 0; j < kNT; ++j) rows[j] = min(m0 + 8 * j + g, p.m - 1);
-    const uint4* wp = p.wq + static_cast<int64_t>(ntile) * p.kc * 32 + lane;
-    const uint16_t* sp = p.ws + static_cast<int64_t>(ntile) * p.kc * 32 + lane;
+    const uint4* wp[kNW];
+    const uint16_t* sp[kNW];
+#pragma unroll
+    for (int i = 0; i < kNW; ++i) {
+      const int tile = min(tile0 + i, p.n16 - 1);  // a missing tile re-reads the last one; never stored
+      wp[i] = p.wq + static_cast<int64_t>(tile) * p.kc * 32 + lane;
+      sp[i] = p.ws + static_cast<int64_t>(tile) * p.kc * 32 + lane;
+    }
 
-    for (int c = c0; c < c1; c += kU) {
-      uint4 wv[kU];
-      uint32_t sv[kU];
+    // Two register stages: the loads of one are in flight while the other is computed.
+    struct Stage {
+      uint4 wv[kU][kNW];
+      uint32_t sv[kU][kNW];
       uint4 xv[kU][kNT][kActQ ? 1 : 2];  // W4A4: .x/.y codes, .z scale byte
+    };
+    auto load = [&](Stage& st, int c) {
+      auto& wv = st.wv;
+      auto& sv = st.sv;
+      auto& xv = st.xv;
 #pragma unroll
       for (int u = 0; u < kU; ++u) {
         const int cu = c + u;
         const bool in = cu < c1;
-        wv[u] = in ? ld_stream(wp + static_cast<int64_t>(cu) * 32) : make_uint4(0, 0, 0, 0);
-        sv[u] = in ? sp[static_cast<int64_t>(cu) * 32] : 0u;
+#pragma unroll
+        for (int i = 0; i < kNW; ++i) {
+          wv[u][i] = in ? ld_stream(wp[i] + static_cast<int64_t>(cu) * 32) : make_uint4(0, 0, 0, 0);
+          sv[u][i] = in ? sp[i][static_cast<int64_t>(cu) * 32] : 0u;
+        }
         const int k0 = cu * 64 + 16 * t;
         const bool kin = in && k0 < p.k;
 #pragma unroll
@@ -113,107 +137,164 @@ __global__ void __launch_bounds__(256) fused_gemm_kernel(const GemmParams p) {
           }
         }
       }
+    };
+    auto compute = [&](Stage& st, int c) {
+      auto& wv = st.wv;
+      auto& sv = st.sv;
+      auto& xv = st.xv;
 #pragma unroll
       for (int u = 0; u < kU; ++u) {
         if (c + u >= c1) break;
-        // weight scales of rows g and g+8
-        uint32_t ws2[2] = {0, 0};
-        float wsf[2] = {0.f, 0.f};
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const uint32_t s8 = (sv[u] >> (8 * h)) & 0xFF;
-          if (kVllm) wsf[h] = __fmul_rn(e4m3_to_f32(s8), p.w_dec);
-          else ws2[h] = exact_scale2<T>(s8);
-        }
+        // activation scales (W4A4 flavours)
         uint32_t xs2[kNT];
         float xsf[kNT];
-        if (kActQ) {
 #pragma unroll
-          for (int j = 0; j < kNT; ++j) {
+        for (int j = 0; j < kNT; ++j) {
+          xs2[j] = 0;
+          xsf[j] = 0.f;
+          if (kActQ) {
             const uint32_t s8 = xv[u][j][0].z;
-            if (kVllm) {
+            if (kVllm)
               xsf[j] = __fdiv_rn(e4m3_to_f32(s8), p.x_gs);
-              xs2[j] = 0;
-            } else {
+            else
               xs2[j] = exact_scale2<T>(s8);
-              xsf[j] = 0.f;
-            }
           }
         }
-        const uint32_t wq[4] = {wv[u].x, wv[u].y, wv[u].z, wv[u].w};
+        // weight scales of rows g and g+8 of each tile
+        uint32_t ws2[kNW][2];
+        float wsf[kNW][2];
+#pragma unroll
+        for (int i = 0; i < kNW; ++i)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const uint32_t s8 = (sv[u][i] >> (8 * h)) & 0xFF;
+            ws2[i][h] = 0;
+            wsf[i][h] = 0.f;
+            if (kVllm)
+              wsf[i][h] = __fmul_rn(e4m3_to_f32(s8), p.w_dec);
+            else
+              ws2[i][h] = exact_scale2<T>(s8);
+          }
 #pragma unroll
         for (int s = 0; s < 4; ++s) {
-          uint32_t a[4];
-#pragma unroll
-          for (int pp = 0; pp < 4; ++pp) a[pp] = deq_pair<T, kVllm>(wq[s] << (4 * pp), ws2[pp & 1], wsf[pp & 1]);
+          uint32_t b[kNT][2];
 #pragma unroll
           for (int j = 0; j < kNT; ++j) {
-            uint32_t b0, b1;
             if (!kActQ) {
               const uint4& lo = xv[u][j][0];
               const uint4& hi = xv[u][j][kActQ ? 0 : 1];
               const uint32_t w8[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-              b0 = w8[2 * s];
-              b1 = w8[2 * s + 1];
+              b[j][0] = w8[2 * s];
+              b[j][1] = w8[2 * s + 1];
             } else {
               const uint32_t word = (s < 2) ? xv[u][j][0].x : xv[u][j][0].y;
               const int p0 = 2 * (s % 2);
-              b0 = deq_pair<T, kVllm>(word << (4 * p0), xs2[j], xsf[j]);
-              b1 = deq_pair<T, kVllm>(word << (4 * (p0 + 1)), xs2[j], xsf[j]);
+              b[j][0] = deq_pair<T, kVllm>(word << (4 * p0), xs2[j], xsf[j]);
+              b[j][1] = deq_pair<T, kVllm>(word << (4 * (p0 + 1)), xs2[j], xsf[j]);
             }
-            mma16816<T>(acc[j], a, b0, b1);
+          }
+#pragma unroll
+          for (int i = 0; i < kNW; ++i) {
+            const uint32_t q = s == 0 ? wv[u][i].x : s == 1 ? wv[u][i].y : s == 2 ? wv[u][i].z : wv[u][i].w;
+            uint32_t a[4];
+#pragma unroll
+            for (int pp = 0; pp < 4; ++pp) a[pp] = deq_pair<T, kVllm>(q << (4 * pp), ws2[i][pp & 1], wsf[i][pp & 1]);
+#pragma unroll
+            for (int j = 0; j < kNT; ++j) mma16816<T>(acc[i][j], a, b[j][0], b[j][1]);
           }
         }
       }
+    };
+    Stage a, b;
+    if (c0 < c1) load(a, c0);
+    for (int c = c0; c < c1; c += 2 * kU) {
+      load(b, c + kU);
+      compute(a, c);
+      load(a, c + 2 * kU);
+      compute(b, c + kU);
     }
   }
 
   if (wk > 1) {
 #pragma unroll
-    for (int j = 0; j < kNT; ++j)
+    for (int i = 0; i < kNW; ++i)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) red[warp][j][i][lane] = acc[j][i];
+      for (int j = 0; j < kNT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) red[warp][(i * kNT + j) * 4 + e][lane] = acc[i][j][e];
     __syncthreads();
     if (kk == 0) {
       for (int w = 1; w < wk; ++w)
 #pragma unroll
-        for (int j = 0; j < kNT; ++j)
+        for (int i = 0; i < kNW; ++i)
 #pragma unroll
-          for (int i = 0; i < 4; ++i) acc[j][i] += red[warp + w][j][i][lane];
+          for (int j = 0; j < kNT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] += red[warp + w][(i * kNT + j) * 4 + e][lane];
     }
   }
   if (kk != 0 || !active) return;
   T* y = static_cast<T*>(p.y);
 #pragma unroll
-  for (int j = 0; j < kNT; ++j)
+  for (int i = 0; i < kNW; ++i)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int n = ntile * 16 + g + 8 * (i >> 1);
-      const int64_t tok = m0 + 8 * j + 2 * t + (i & 1);
-      if (n >= p.n || tok >= p.m) continue;
-      T out = A::one(__fmul_rn(acc[j][i], p.out_scale));
-      if (p.bias) out = A::one(__fadd_rn(A::back(out), p.bias[n]));
-      y[tok * p.n + n] = out;
-    }
+    for (int j = 0; j < kNT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int n = (tile0 + i) * 16 + g + 8 * (e >> 1);
+        const int64_t tok = m0 + 8 * j + 2 * t + (e & 1);
+        if (tile0 + i >= p.n16 || n >= p.n || tok >= p.m) continue;
+        T out = A::one(__fmul_rn(acc[i][j][e], p.out_scale));
+        if (p.bias) out = A::one(__fadd_rn(A::back(out), p.bias[n]));
+        y[tok * p.n + n] = out;
+      }
+}
+
+template <typename T, int kMode, int kNT>
+void launch_nt(const GemmParams& p, int nw, cudaStream_t stream) {
+  const int groups_per_block = 8 / p.wk;
+  dim3 grid(static_cast<unsigned>(ceil_div(p.m, 8 * kNT)),
+            static_cast<unsigned>(ceil_div(ceil_div(p.n16, nw), groups_per_block)));
+  switch (nw) {
+    case 1:
+      fused_gemm_kernel<T, kMode, kNT, 1><<<grid, 256, 0, stream>>>(p);
+      break;
+    case 2:
+      fused_gemm_kernel<T, kMode, kNT, 2><<<grid, 256, 0, stream>>>(p);
+      break;
+    default:
+      if constexpr (kNT < 4) fused_gemm_kernel<T, kMode, kNT, 4><<<grid, 256, 0, stream>>>(p);
+      break;
+  }
 }
 
 template <typename T, int kMode>
-void launch_mode(const GemmParams& p, int nt, cudaStream_t stream) {
-  const int tiles_per_block = 8 / p.wk;
-  dim3 grid(static_cast<unsigned>(ceil_div(p.m, 8 * nt)), static_cast<unsigned>(ceil_div(p.n16, tiles_per_block)));
+void launch_mode(const GemmParams& p, int nt, int nw, cudaStream_t stream) {
   switch (nt) {
-    case 1: fused_gemm_kernel<T, kMode, 1><<<grid, 256, 0, stream>>>(p); break;
-    case 2: fused_gemm_kernel<T, kMode, 2><<<grid, 256, 0, stream>>>(p); break;
-    default: fused_gemm_kernel<T, kMode, 4><<<grid, 256, 0, stream>>>(p); break;
+    case 1:
+      launch_nt<T, kMode, 1>(p, nw, stream);
+      break;
+    case 2:
+      launch_nt<T, kMode, 2>(p, nw, stream);
+      break;
+    default:
+      launch_nt<T, kMode, 4>(p, std::min(nw, 2), stream);
+      break;
   }
 }
 
 template <typename T>
-void launch_t(const GemmParams& p, Mode mode, int nt, cudaStream_t stream) {
+void launch_t(const GemmParams& p, Mode mode, int nt, int nw, cudaStream_t stream) {
   switch (mode) {
-    case Mode::W4A16: launch_mode<T, 0>(p, nt, stream); break;
-    case Mode::W4A4: launch_mode<T, 1>(p, nt, stream); break;
-    case Mode::W4A4_VLLM: launch_mode<T, 2>(p, nt, stream); break;
+    case Mode::W4A16:
+      launch_mode<T, 0>(p, nt, nw, stream);
+      break;
+    case Mode::W4A4:
+      launch_mode<T, 1>(p, nt, nw, stream);
+      break;
+    case Mode::W4A4_VLLM:
+      launch_mode<T, 2>(p, nt, nw, stream);
+      break;
   }
 }
 
@@ -291,9 +372,11 @@ __global__ void add_bias_kernel(T* __restrict__ y, const float* __restrict__ bia
 
 }  // namespace
 
-void launch_fused_gemm(const GemmParams& p, DType act, Mode mode, int nt, cudaStream_t stream) {
-  if (act == DType::BF16) launch_t<__nv_bfloat16>(p, mode, nt, stream);
-  else launch_t<__half>(p, mode, nt, stream);
+void launch_fused_gemm(const GemmParams& p, DType act, Mode mode, int nt, int nw, cudaStream_t stream) {
+  if (act == DType::BF16)
+    launch_t<__nv_bfloat16>(p, mode, nt, nw, stream);
+  else
+    launch_t<__half>(p, mode, nt, nw, stream);
   NVFP4_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -302,19 +385,19 @@ void launch_dequant_weight(const GemmParams& p, DType act, bool vllm, int n0, in
   const int64_t threads = static_cast<int64_t>(rows / 16) * p.kc * 32;
   const unsigned blocks = static_cast<unsigned>(ceil_div(threads, 256));
   if (act == DType::BF16)
-    dequant_weight_kernel<__nv_bfloat16><<<blocks, 256, 0, stream>>>(p, vllm, n0, rows,
-                                                                    static_cast<__nv_bfloat16*>(out));
+    dequant_weight_kernel<__nv_bfloat16>
+        <<<blocks, 256, 0, stream>>>(p, vllm, n0, rows, static_cast<__nv_bfloat16*>(out));
   else
     dequant_weight_kernel<__half><<<blocks, 256, 0, stream>>>(p, vllm, n0, rows, static_cast<__half*>(out));
   NVFP4_CUDA_CHECK(cudaGetLastError());
 }
 
-void launch_dequant_act(const uint8_t* codes, const uint8_t* scales, int64_t m, int k, DType act, bool vllm,
-                        float gs, void* out, cudaStream_t stream) {
+void launch_dequant_act(const uint8_t* codes, const uint8_t* scales, int64_t m, int k, DType act, bool vllm, float gs,
+                        void* out, cudaStream_t stream) {
   const unsigned blocks = static_cast<unsigned>(ceil_div(m * (k / 16), 256));
   if (act == DType::BF16)
-    dequant_act_kernel<__nv_bfloat16><<<blocks, 256, 0, stream>>>(codes, scales, m, k, vllm, gs,
-                                                                 static_cast<__nv_bfloat16*>(out));
+    dequant_act_kernel<__nv_bfloat16>
+        <<<blocks, 256, 0, stream>>>(codes, scales, m, k, vllm, gs, static_cast<__nv_bfloat16*>(out));
   else
     dequant_act_kernel<__half><<<blocks, 256, 0, stream>>>(codes, scales, m, k, vllm, gs, static_cast<__half*>(out));
   NVFP4_CUDA_CHECK(cudaGetLastError());

@@ -30,8 +30,9 @@ struct GemmParams {
   int wk = 8;                       // warps of a block splitting K (1, 2, 4, 8); 8 / wk weight tiles per block
 };
 
-// Fused mixed-input GEMM, tokens in tiles of 8·nt (nt = 1, 2 or 4).
-void launch_fused_gemm(const GemmParams& p, DType act, Mode mode, int nt, cudaStream_t stream);
+// Fused mixed-input GEMM, tokens in tiles of 8·nt (nt = 1, 2 or 4), nw = 1, 2 or 4 weight tiles per warp
+// (nt = 4 uses at most 2).
+void launch_fused_gemm(const GemmParams& p, DType act, Mode mode, int nt, int nw, cudaStream_t stream);
 
 // Large-M helpers. Dequantize rows [n0, n0+rows) of the prepared weight to T, (rows, K) row-major:
 //   exact modes: e2m1·S;  vLLM: T(e2m1 · f32(S·w_dec)).

@@ -16,6 +16,7 @@
 
 #include "backends/cpu/linear.h"
 #include "backends/cuda/cuda_linear.h"
+#include "backends/cuda/cuda_linear_internal.h"
 #include "backends/cuda/linear_bound.h"
 #include "common/error.h"
 #include "cuda_test_util.h"
@@ -40,9 +41,10 @@ std::vector<uint16_t> abs_act(DType t, const std::vector<uint16_t>& x) {
 
 // Runs the layer on the GPU with a poisoned output (and poisoned guard rows after it); returns y bits.
 std::vector<uint16_t> run_gpu(const LinearWeights& w, Semantics s, DType t, const std::vector<uint16_t>& x,
-                              int64_t m) {
+                              int64_t m, int tile_rows = 0) {
   const int64_t n = w.out_features(), k = w.in_features();
   auto lin = CudaLinear::create(w, s, t, 0);
+  if (tile_rows) set_weight_tile_rows(*lin, tile_rows);
   DeviceBytes dx(static_cast<size_t>(m * k * 2)), dy(static_cast<size_t>((m + 2) * n * 2));
   dx.upload(x.data(), static_cast<size_t>(m * k * 2));
   dy.fill(0xFF);  // NaN in bf16 and fp16
@@ -60,9 +62,9 @@ std::vector<uint16_t> run_gpu(const LinearWeights& w, Semantics s, DType t, cons
 }
 
 void check_bound(const LinearWeights& w, Semantics s, DType t, const std::vector<uint16_t>& x, int64_t m,
-                 const std::string& what) {
+                 const std::string& what, int tile_rows = 0) {
   const int64_t n = w.out_features(), k = w.in_features();
-  const std::vector<uint16_t> y = run_gpu(w, s, t, x, m);
+  const std::vector<uint16_t> y = run_gpu(w, s, t, x, m, tile_rows);
   std::vector<double> acc(static_cast<size_t>(m * n)), pabs(static_cast<size_t>(m * n));
   cpu_linear_reference_f64(w, s, t, x.data(), m, acc.data());
   const LinearWeights wa = abs_layer(w);
@@ -126,13 +128,14 @@ TEST(CudaLinear, LargeLayersBothPaths) {
     for (int64_t m : {1, 16, 65, 200}) {
       const auto x = random_activations(t, m, 4096, 1.0f, seed++);
       check_bound(w, s, t, x, m, label(s, t, m, 1100, 4096));
+      // Large-M path with many weight tiles (two buffers alternating, side-stream dequantization).
+      if (m > 64) check_bound(w, s, t, x, m, label(s, t, m, 1100, 4096) + "/tiles128", 128);
     }
   }
-  // Several dequantized weight tiles in the large-M path (32 MB workspace -> 1024 rows at K = 16384).
   const LinearWeights w = random_layer(1100, 16384, scale_range(0x28, 0x5F), 2688.0f / 0.2f, false, 1.0f, true,
                                        DType::F16, seed++);
-  const auto x = random_activations(DType::F16, 80, 16384, 1.0f, seed++);
-  check_bound(w, Semantics::W4A16, DType::F16, x, 80, label(Semantics::W4A16, DType::F16, 80, 1100, 16384));
+  const auto x = random_activations(DType::F16, 130, 16384, 1.0f, seed++);
+  check_bound(w, Semantics::W4A16, DType::F16, x, 130, label(Semantics::W4A16, DType::F16, 130, 1100, 16384), 304);
 }
 
 // Exact arithmetic: integer activations, power-of-two global scale, scales with few bits (subnormal E4M3
