@@ -30,6 +30,10 @@ int run_eval(int argc, char** argv) {
   app.add_option("--nll-out", nll_out, "write each scored token's negative log-likelihood (one per line) to this file");
   app.add_flag("--json", json, "print one JSON object instead of text");
   app.add_flag("-v,--verbose", verbose, "debug logging");
+  std::string ops = "cpu";
+  app.add_option("--ops", ops, "where embedding/norms/RoPE/attention and unquantized linears run: cpu (default) or "
+                              "cuda (kernels, activations stay on the GPU; needs every quantized linear on the GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   nvfp4::cli::add_dispatch_flags(app, &df);
   if (int rc = nvfp4::cli::parse(app, argc, argv); rc >= 0) return rc;
   if (threads > 0) nvfp4::set_num_threads(threads);
@@ -45,6 +49,7 @@ int run_eval(int argc, char** argv) {
     lo.overrides.semantics = s;
     lo.overrides.semantics_from = "--semantics " + sem;
   }
+  lo.ops_on_device = ops == "cuda";
   lo.max_context = window;
   const auto tok = nvfp4::model::load_tokenizer(dir);
   auto model = nvfp4::model::LlamaModel::load(dir, lo, rep);

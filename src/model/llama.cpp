@@ -13,6 +13,7 @@
 #include "linear/linear.h"
 
 #ifdef NVFP4_HAVE_CUDA
+#include "backends/cuda/ops/decoder_ops.h"
 #include "backends/cuda/ops/device_memory.h"
 #endif
 
@@ -165,6 +166,51 @@ struct LlamaModel::Layer {
   std::vector<float> in_norm, post_norm;
   Linear q, k, v, o, gate, up, down;
 };
+
+#ifdef NVFP4_HAVE_CUDA
+namespace {
+// One device allocation, freed with its owner; grows on demand.
+struct DevBuf {
+  void* p = nullptr;
+  size_t bytes = 0;
+  DevBuf() = default;
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  ~DevBuf() { cuda_ops::device_free(p); }
+  void ensure(size_t b, int device) {
+    if (bytes >= b) return;
+    cuda_ops::device_free(p);
+    p = nullptr;
+    bytes = 0;
+    p = cuda_ops::device_alloc(b, device);
+    bytes = b;
+  }
+  void upload(const void* src, size_t b, int device) {
+    ensure(b, device);
+    cuda_ops::copy_to_device(p, src, b);
+  }
+  float* f() const { return static_cast<float*>(p); }
+  uint16_t* u16() const { return static_cast<uint16_t*>(p); }
+};
+}  // namespace
+
+struct LlamaModel::DeviceState {
+  int device = 0;
+  std::unique_ptr<cuda_ops::Gemm> gemm;
+  DevBuf embed, final_norm, rope, kc, vc;
+  struct LayerNorms {
+    DevBuf in_norm, post_norm;
+  };
+  std::vector<std::unique_ptr<LayerNorms>> norms;
+  struct Dense {
+    DevBuf w, bias;
+  };
+  std::map<const Linear*, std::unique_ptr<Dense>> dense;
+  DevBuf ids, x, a, tmp, q, att, k, v, g, u, bits_in, bits_out, logits;
+};
+#else
+struct LlamaModel::DeviceState {};
+#endif
 
 LlamaModel::~LlamaModel() {
 #ifdef NVFP4_HAVE_CUDA
@@ -332,10 +378,150 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
       cs[hd / 2 + i] = static_cast<float>(std::sin(static_cast<double>(ang)));
     }
   }
+  if (opt.ops_on_device) {
+    if (opt.record_input_amax) fail("calibration (input max |x|) runs with CPU ops only");
+    DeviceInfo d = any_quant ? dev : detect_device(opt.overrides);
+    m->init_device(d);
+    return m;  // the KV cache lives on the device
+  }
   const size_t kv = static_cast<size_t>(c.n_layers * nkv * m->cap_ * hd);
   m->kcache_.assign(kv, 0.0f);
   m->vcache_.assign(kv, 0.0f);
   return m;
+}
+
+void LlamaModel::init_device(const DeviceInfo& d) {
+#ifndef NVFP4_HAVE_CUDA
+  (void)d;
+  fail("--ops cuda: this binary was built without CUDA");
+#else
+  if (!d.is_gpu) fail("--ops cuda: no usable CUDA device (" + (d.note.empty() ? std::string("CPU selected") : d.note) + ")");
+  int device = d.index < 0 ? 0 : d.index;
+  auto check_linear = [&](const Linear& l) {
+    if (!l.q) return;
+    if (!l.q->on_device()) {
+      fail("--ops cuda: quantized linear '" + l.name + "' runs on " + executor_name(l.q->selection().executor) +
+           ", expected a device executor (use --device cuda / --linear-backend cuda, or --ops cpu)");
+    }
+    device = l.q->selection().device < 0 ? device : l.q->selection().device;
+  };
+  for (const auto& L : layers_)
+    for (const Linear* l : {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down}) check_linear(*l);
+  check_linear(*lm_head_);
+  if (act_ != DType::BF16 && act_ != DType::F32 && act_ != DType::F16) fail("--ops cuda: unsupported activation dtype");
+  auto D = std::make_unique<DeviceState>();
+  D->device = device;
+  D->gemm = cuda_ops::Gemm::create(device);
+  const LlamaConfig& c = cfg_;
+  const int64_t hd = c.head_dim, nkv = c.n_kv_heads;
+  {
+    std::vector<float> e;
+    if (act_ == DType::F32) {
+      e = embed_f32_;
+    } else {
+      e.resize(embed_bits_.size());
+      for (size_t i = 0; i < e.size(); ++i) e[i] = from_bits16(act_, embed_bits_[i]);
+    }
+    D->embed.upload(e.data(), e.size() * 4, device);
+  }
+  D->final_norm.upload(final_norm_.data(), final_norm_.size() * 4, device);
+  D->rope.upload(rope_cs_.data(), rope_cs_.size() * 4, device);
+  const size_t kv = static_cast<size_t>(c.n_layers * nkv * cap_ * hd) * 4;
+  D->kc.ensure(kv, device);
+  D->vc.ensure(kv, device);
+  auto dense = [&](const Linear& l) {
+    if (l.q) return;
+    auto dd = std::make_unique<DeviceState::Dense>();
+    const size_t nk = static_cast<size_t>(l.n * l.k);
+    if (l.dense.dtype == DType::BF16) dd->w.upload(l.dense.bits, nk * 2, device);
+    else dd->w.upload(l.dense.f32, nk * 4, device);
+    if (!l.bias.empty()) dd->bias.upload(l.bias.data(), l.bias.size() * 4, device);
+    D->dense[&l] = std::move(dd);
+  };
+  for (const auto& L : layers_) {
+    auto nm = std::make_unique<DeviceState::LayerNorms>();
+    nm->in_norm.upload(L->in_norm.data(), L->in_norm.size() * 4, device);
+    nm->post_norm.upload(L->post_norm.data(), L->post_norm.size() * 4, device);
+    D->norms.push_back(std::move(nm));
+    for (const Linear* l : {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down}) dense(*l);
+  }
+  dense(*lm_head_);
+  device_name_ = "cuda:" + std::to_string(device);
+  dev_ = std::move(D);
+#endif
+}
+
+void LlamaModel::forward_device(const int32_t* tokens, int64_t n, float* logits, bool all_logits) {
+#ifndef NVFP4_HAVE_CUDA
+  (void)tokens, (void)n, (void)logits, (void)all_logits;
+  fail("forward_device: built without CUDA");
+#else
+  DeviceState& D = *dev_;
+  const LlamaConfig& c = cfg_;
+  const int64_t H = c.hidden, hd = c.head_dim, nh = c.n_heads, nkv = c.n_kv_heads, I = c.intermediate, V = c.vocab;
+  const int dv = D.device;
+  const float eps = static_cast<float>(c.rms_eps);
+  const size_t f = 4;
+  D.ids.upload(tokens, static_cast<size_t>(n) * 4, dv);
+  D.x.ensure(n * H * f, dv);
+  D.a.ensure(n * H * f, dv);
+  D.tmp.ensure(n * H * f, dv);
+  D.q.ensure(n * nh * hd * f, dv);
+  D.att.ensure(n * nh * hd * f, dv);
+  D.k.ensure(n * nkv * hd * f, dv);
+  D.v.ensure(n * nkv * hd * f, dv);
+  D.g.ensure(n * I * f, dv);
+  D.u.ensure(n * I * f, dv);
+  const int64_t widest = std::max({H, nh * hd, I, V});
+  D.bits_in.ensure(static_cast<size_t>(n * widest) * 2, dv);
+  D.bits_out.ensure(static_cast<size_t>(n * widest) * 2, dv);
+  const int64_t first = all_logits ? 0 : n - 1, rows = n - first;
+  D.logits.ensure(static_cast<size_t>(rows * V) * f, dv);
+
+  auto lin = [&](const Linear& l, const float* x, int64_t m, float* y) {
+    if (l.q) {
+      cuda_ops::to_bits16(x, m * l.k, act_, D.bits_in.u16(), nullptr);
+      l.q->forward(D.bits_in.p, m, D.bits_out.p, nullptr);
+      cuda_ops::from_bits16(D.bits_out.u16(), m * l.n, act_, y, nullptr);
+      return;
+    }
+    const DeviceState::Dense& d = *D.dense.at(&l);
+    if (l.dense.dtype == DType::BF16) {
+      cuda_ops::to_bits16(x, m * l.k, DType::BF16, D.bits_in.u16(), nullptr);
+      D.gemm->run(D.bits_in.p, m, l.k, d.w.p, DType::BF16, l.n, y, nullptr);
+    } else {
+      D.gemm->run(x, m, l.k, d.w.p, DType::F32, l.n, y, nullptr);
+    }
+    if (l.round_output) cuda_ops::round_bias(y, m, l.n, d.bias.p ? d.bias.f() : nullptr, act_, nullptr);
+  };
+
+  cuda_ops::embed(D.embed.f(), static_cast<const int32_t*>(D.ids.p), n, H, D.x.f(), nullptr);
+  for (int64_t li = 0; li < c.n_layers; ++li) {
+    const Layer& L = *layers_[static_cast<size_t>(li)];
+    const DeviceState::LayerNorms& nm = *D.norms[static_cast<size_t>(li)];
+    float* kc = D.kc.f() + li * nkv * cap_ * hd;
+    float* vc = D.vc.f() + li * nkv * cap_ * hd;
+    cuda_ops::rmsnorm(D.x.f(), nm.in_norm.f(), n, H, eps, act_, D.a.f(), nullptr);
+    lin(L.q, D.a.f(), n, D.q.f());
+    lin(L.k, D.a.f(), n, D.k.f());
+    lin(L.v, D.a.f(), n, D.v.f());
+    cuda_ops::rope_store_kv(D.q.f(), D.k.f(), D.v.f(), n, nh, nkv, hd, D.rope.f(), pos_, kc, vc, cap_, act_, nullptr);
+    cuda_ops::attention(D.q.f(), kc, vc, n, pos_, nh, nkv, hd, cap_, act_, D.att.f(), nullptr);
+    lin(L.o, D.att.f(), n, D.tmp.f());
+    cuda_ops::residual_add(D.x.f(), D.tmp.f(), n * H, act_, nullptr);
+    cuda_ops::rmsnorm(D.x.f(), nm.post_norm.f(), n, H, eps, act_, D.a.f(), nullptr);
+    lin(L.gate, D.a.f(), n, D.g.f());
+    lin(L.up, D.a.f(), n, D.u.f());
+    cuda_ops::silu_mul(D.g.f(), D.u.f(), n * I, act_, nullptr);
+    lin(L.down, D.g.f(), n, D.tmp.f());
+    cuda_ops::residual_add(D.x.f(), D.tmp.f(), n * H, act_, nullptr);
+  }
+  cuda_ops::rmsnorm(D.x.f() + first * H, D.final_norm.f(), rows, H, eps, act_, D.a.f(), nullptr);
+  lin(*lm_head_, D.a.f(), rows, D.logits.f());
+  cuda_ops::synchronize(nullptr);
+  cuda_ops::copy_to_host(logits, D.logits.p, static_cast<size_t>(rows * V) * f);
+  pos_ += n;
+#endif
 }
 
 void LlamaModel::run_linear(const Linear& l, const float* x, int64_t m, float* y) {
@@ -396,6 +582,15 @@ void LlamaModel::forward(const int32_t* tokens, int64_t n, float* logits, bool a
   }
   const int64_t H = c.hidden, hd = c.head_dim, nh = c.n_heads, nkv = c.n_kv_heads, I = c.intermediate;
   const int64_t group = nh / nkv;
+  for (int64_t i = 0; i < n; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= c.vocab) {
+      fail("token id " + std::to_string(tokens[i]) + " outside the vocabulary of " + std::to_string(c.vocab));
+    }
+  }
+  if (dev_) {
+    forward_device(tokens, n, logits, all_logits);
+    return;
+  }
   const float eps = static_cast<float>(c.rms_eps);
   std::vector<float> x(static_cast<size_t>(n * H)), a(x.size()), tmp(x.size());
   std::vector<float> q(static_cast<size_t>(n * nh * hd)), att(q.size());
@@ -502,7 +697,20 @@ std::vector<ExecutorSummary> LlamaModel::executor_summary() const {
     add("mlp gate/up/down", L->down);
   }
   add("lm_head", *lm_head_);
-  out.push_back({"embedding/norms/rope/attention/sampling", "cpu (host)", static_cast<int>(layers_.size())});
+  if (dev_) {
+    for (auto& e : out) {
+      const std::string cpu_dense = " on cpu (unquantized)";
+      const size_t at = e.how.find(cpu_dense);
+      if (at != std::string::npos) e.how = e.how.substr(0, at) + " on " + device_name_ + " (unquantized, cuBLAS)";
+    }
+    out.push_back({"embedding/norms/rope/attention", "cuda kernels on " + device_name_ + " (activations stay on the device)",
+                   static_cast<int>(layers_.size())});
+  } else {
+    bool hybrid = false;
+    for (const auto& L : layers_) hybrid = hybrid || (L->q.q && L->q.q->on_device());
+    out.push_back({"embedding/norms/rope/attention", hybrid ? "cpu (host; activations copied to and from the device per linear)" : "cpu (host)",
+                   static_cast<int>(layers_.size())});
+  }
   return out;
 }
 

@@ -61,7 +61,12 @@ std::vector<float> rope_inv_freq(const LlamaConfig& c);
 struct LoadOptions {
   Overrides overrides;            // dispatch of the quantized linears (flags + environment)
   int64_t max_context = 4096;     // KV cache capacity in tokens (capped by max_position)
-  bool record_input_amax = false; // calibration: keep max |x| of every linear's input
+  bool record_input_amax = false; // calibration: keep max |x| of every linear's input (CPU ops only)
+  // Where embedding, norms, RoPE, attention, SwiGLU, residuals and the unquantized (dense) linears run:
+  // false = the CPU (quantized linears on a GPU then get their activations copied in and out per call);
+  // true = CUDA kernels (backends/cuda/ops) with activations kept on the device; needs a CUDA build, a GPU,
+  // and every quantized linear on the device. Throws nvfp4::Error otherwise.
+  bool ops_on_device = false;
   // Unquantized model only: quantize nothing, run every linear dense (the default). A quantized checkpoint
   // always runs its quantized linears through QuantizedLinear.
 };
@@ -97,10 +102,14 @@ class LlamaModel {
 
   struct Linear;  // one linear layer (dense or quantized), defined in llama.cpp
   struct Layer;
+  struct DeviceState;  // device copies and buffers when ops run on the GPU (llama.cpp)
+  bool ops_on_device() const { return dev_ != nullptr; }
 
  private:
   LlamaModel() = default;
   void run_linear(const Linear& l, const float* x, int64_t m, float* y);
+  void init_device(const DeviceInfo& dev);
+  void forward_device(const int32_t* tokens, int64_t n, float* logits, bool all_logits);
 
   LlamaConfig cfg_;
   DType act_ = DType::BF16;
@@ -119,6 +128,8 @@ class LlamaModel {
   void* dev_x_ = nullptr;                // device scratch for on-device quantized linears
   void* dev_y_ = nullptr;
   size_t dev_bytes_ = 0;
+  std::unique_ptr<DeviceState> dev_;
+  std::string device_name_;
 };
 
 }  // namespace nvfp4::model

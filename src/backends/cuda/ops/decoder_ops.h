@@ -1,0 +1,64 @@
+// CUDA kernels for the non-linear parts of the Llama decoder (model/llama.h) and its unquantized linears, so
+// that activations stay on the device between the quantized linears. Plain C++ header (no CUDA types); only
+// built with CUDA (NVFP4_HAVE_CUDA).
+//
+// Conventions (the same as the CPU path, model/cpu_ops.h, so both compute the same numbers up to f32
+// summation order):
+//   - every pointer is device memory; `stream` is a cudaStream_t or nullptr (the legacy default stream);
+//   - activations are f32 arrays whose values are representable in the activation dtype t (F32, F16 or
+//     BF16); each op says where it rounds to t (RNE);
+//   - launches are asynchronous; a launch error is thrown as nvfp4::Error naming the op.
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include "common/dtype.h"
+
+namespace nvfp4::cuda_ops {
+
+// x (n, h) = table[ids[i]] (table: (V, h) f32, values in t).
+void embed(const float* table, const int32_t* ids, int64_t n, int64_t h, float* x, void* stream);
+
+// out (n) = bit patterns of x in t (F16 or BF16; x must already be representable, rounding is RNE anyway).
+void to_bits16(const float* x, int64_t n, DType t, uint16_t* out, void* stream);
+// x (n) = values of the t bit patterns.
+void from_bits16(const uint16_t* in, int64_t n, DType t, float* x, void* stream);
+
+// y (m, n) = T(T(y) + bias[col]) when bias is non-null, else T(y).
+void round_bias(float* y, int64_t m, int64_t n, const float* bias, DType t, void* stream);
+
+// out (m, d) = T(T(x · r) · w), r = 1/sqrt(mean(x²) + eps) per row (sum of squares in f64).
+void rmsnorm(const float* x, const float* w, int64_t m, int64_t d, float eps, DType t, float* out, void* stream);
+
+// For token i (position pos0 + i): RoPE (HF rotate_half, cs: (cap, hd) = hd/2 cos then hd/2 sin per position)
+// on q (n, nh, hd) in place and on k (n, nkv, hd) in place, results rounded to t; then k and v (n, nkv, hd)
+// are stored into the layer's caches kc / vc: (nkv, cap, hd) f32.
+void rope_store_kv(float* q, float* k, const float* v, int64_t n, int64_t nh, int64_t nkv, int64_t hd,
+                   const float* cs, int64_t pos0, float* kc, float* vc, int64_t cap, DType t, void* stream);
+
+// Causal attention with GQA (query head j reads kv head j / (nh/nkv)): for token i at position p = pos0 + i,
+// out[i, j] = T( Σ_{s<=p} softmax_s(q·k_s / sqrt(hd)) · v_s ). q, out: (n, nh, hd); kc, vc: (nkv, cap, hd).
+// Limits: hd <= 256, p < 12288 (scores live in shared memory). Throws otherwise.
+void attention(const float* q, const float* kc, const float* vc, int64_t n, int64_t pos0, int64_t nh, int64_t nkv,
+               int64_t hd, int64_t cap, DType t, float* out, void* stream);
+
+// g (n) = T(T(silu(g)) · u)   (silu in f64)
+void silu_mul(float* g, const float* u, int64_t n, DType t, void* stream);
+// x (n) = T(x + y)
+void residual_add(float* x, const float* y, int64_t n, DType t, void* stream);
+
+// Dense y (m, N) f32 = x (m, K) · Wᵀ with W (N, K) row-major, through cuBLAS, f32 accumulation:
+//   wt == BF16: x and W are bf16 bit patterns (cublasGemmEx, CUBLAS_COMPUTE_32F);
+//   wt == F32:  x and W are f32 (cublasGemmEx with CUBLAS_COMPUTE_32F, pedantic math: no TF32).
+class Gemm {
+ public:
+  static std::unique_ptr<Gemm> create(int device);  // throws nvfp4::Error
+  virtual ~Gemm() = default;
+  virtual void run(const void* x, int64_t m, int64_t k, const void* w, DType wt, int64_t n, float* y,
+                   void* stream) = 0;
+};
+
+// Waits for the stream; throws nvfp4::Error with the pending CUDA error, if any.
+void synchronize(void* stream);
+
+}  // namespace nvfp4::cuda_ops
