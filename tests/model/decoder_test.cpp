@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
+#include "backends/cuda/device/device_info.h"
 #include "io/safetensors.h"
 #include "model/llama.h"
 
@@ -268,4 +269,50 @@ TEST(Decoder, RopeInvFreqLlama3Bands) {
   EXPECT_NEAR(f[0], (1 - s) * 0.25 + s, 1e-6);
   EXPECT_FLOAT_EQ(f[1], static_cast<float>(0.1f / 4.0));   // wavelength 62.8 > 16: divided
   EXPECT_FLOAT_EQ(f[3], static_cast<float>(0.001f / 4.0));
+}
+
+// The same model and bound with the decoder's ops as CUDA kernels (--ops cuda): prefill of 5 tokens, then
+// one token at a time through the device KV cache, every step against the reference rows. cuBLAS runs the
+// f32 GEMMs in pedantic mode (no TF32), so the f32 bound above applies unchanged (γ_K holds for any
+// summation order). Skipped without a GPU.
+TEST(Decoder, GpuOpsMatchF64ReferenceWithinDerivedBound) {
+  std::string why;
+  if (nvfp4::cuda_device_count(&why) == 0) GTEST_SKIP() << "no GPU: " << why;
+  const Tiny t = make_tiny(7);
+  const std::string dir = write_tiny(t, tmpdir("gpu"));
+  nvfp4::model::LoadOptions lo;
+  lo.ops_on_device = true;
+  auto m = nvfp4::model::LlamaModel::load(dir, lo, {});
+  ASSERT_TRUE(m->ops_on_device());
+  const std::vector<int32_t> tok = {3, 17, 5, 39, 0, 22, 22, 8, 31, 12, 1, 4};
+  const auto ref = reference(t, tok);
+  double mx = 0;
+  for (double r : ref) mx = std::max(mx, std::fabs(r));
+  const double gamma = 48 * std::ldexp(1.0, -24) / (1 - 48 * std::ldexp(1.0, -24));
+  const double tol = 20 * 10 * gamma * (1 + mx);
+  std::vector<float> got(5 * t.V, NAN);
+  m->forward(tok.data(), 5, got.data(), true);
+  double worst = 0;
+  for (int64_t i = 0; i < 5 * t.V; ++i) {
+    ASSERT_TRUE(std::isfinite(got[i])) << i;
+    worst = std::max(worst, std::fabs(got[i] - ref[i]));
+  }
+  std::vector<float> one(t.V, NAN);
+  for (size_t i = 5; i < tok.size(); ++i) {
+    m->forward(&tok[i], 1, one.data(), false);
+    for (int64_t j = 0; j < t.V; ++j) worst = std::max(worst, std::fabs(one[j] - ref[i * t.V + j]));
+  }
+  EXPECT_LE(worst, tol) << "max |logit - ref| " << worst << ", bound " << tol;
+  fs::remove_all(dir);
+}
+
+TEST(Decoder, GpuOpsRefusedWithoutAGpu) {
+  std::string why;
+  if (nvfp4::cuda_device_count(&why) > 0) GTEST_SKIP() << "a GPU is present";
+  const Tiny t = make_tiny(3);
+  const std::string dir = write_tiny(t, tmpdir("nogpu"));
+  nvfp4::model::LoadOptions lo;
+  lo.ops_on_device = true;
+  EXPECT_THROW(nvfp4::model::LlamaModel::load(dir, lo, {}), nvfp4::Error);
+  fs::remove_all(dir);
 }

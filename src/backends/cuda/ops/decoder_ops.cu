@@ -300,8 +300,6 @@ class CublasGemm final : public Gemm {
     check(cudaSetDevice(device < 0 ? 0 : device), "cudaSetDevice");
     const cublasStatus_t s = cublasCreate(&h_);
     if (s != CUBLAS_STATUS_SUCCESS) fail(std::string("cublasCreate: ") + blas_status(s));
-    // f32 GEMMs must stay f32 (no TF32), so that an f32 model matches its f64 reference.
-    cublasSetMathMode(h_, CUBLAS_PEDANTIC_MATH);
   }
   ~CublasGemm() override { cublasDestroy(h_); }
 
@@ -309,6 +307,9 @@ class CublasGemm final : public Gemm {
     if (m == 0) return;
     if (wt != DType::BF16 && wt != DType::F32) fail(std::string("cuda dense GEMM: weight dtype ") + dtype_name(wt));
     cublasSetStream(h_, st(stream));
+    // f32 GEMMs must stay f32 (no TF32), so that an f32 model matches its f64 reference; bf16 GEMMs may use
+    // any tensor-core algorithm (inputs are bf16 already, accumulation f32).
+    cublasSetMathMode(h_, wt == DType::F32 ? CUBLAS_PEDANTIC_MATH : CUBLAS_DEFAULT_MATH);
     const float one = 1.0f, zero = 0.0f;
     const cudaDataType ab = wt == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F;
     // Row-major y (m, n) = x (m, k) · Wᵀ is column-major yᵀ (n, m) = W (k, n)ᵀ · xᵀ (k, m).

@@ -1,0 +1,210 @@
+// The decoder's CUDA ops (backends/cuda/ops/decoder_ops.h) against host references written here, op by op,
+// so that a failure of the model-level GPU test (tests/model: Decoder.GpuOps...) can be located.
+// Exact where both sides evaluate the same IEEE f32 operations (bit patterns, bias/residual, RoPE, KV store);
+// within one ulp of T where a transcendental or an f64 reduction order can differ in the last bit before the
+// rounding to T (silu, rmsnorm); within the f32 dot-product bound γ_n (n = terms) for attention and GEMM.
+// Skipped without a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/device/device_info.h"
+#include "backends/cuda/ops/decoder_ops.h"
+#include "backends/cuda/ops/device_memory.h"
+#include "format/numerics.h"
+
+using namespace nvfp4;
+namespace co = nvfp4::cuda_ops;
+
+namespace {
+
+bool have_gpu(std::string* why) { return cuda_device_count(why) > 0; }
+
+template <typename T>
+struct Dev {
+  T* p = nullptr;
+  size_t n = 0;
+  explicit Dev(const std::vector<T>& h) : n(h.size()) {
+    p = static_cast<T*>(co::device_alloc(n * sizeof(T), 0));
+    co::copy_to_device(p, h.data(), n * sizeof(T));
+  }
+  explicit Dev(size_t count) : n(count) { p = static_cast<T*>(co::device_alloc(n * sizeof(T), 0)); }
+  ~Dev() { co::device_free(p); }
+  std::vector<T> get() const {
+    std::vector<T> h(n);
+    co::synchronize(nullptr);
+    co::copy_to_host(h.data(), p, n * sizeof(T));
+    return h;
+  }
+};
+
+std::vector<float> rnd(size_t n, float scale, unsigned seed, DType t = DType::F32) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = round_to(t, d(g));
+  return v;
+}
+
+double ulp_of(DType t, float v) {
+  const int bits = t == DType::BF16 ? 8 : t == DType::F16 ? 11 : 24;
+  return std::ldexp(1.0, std::ilogb(std::max(std::fabs(v), 1e-30f)) - (bits - 1));
+}
+
+}  // namespace
+
+#define NEED_GPU()                                            \
+  std::string why;                                            \
+  if (!have_gpu(&why)) GTEST_SKIP() << "no GPU: " << why
+
+TEST(CudaDecoderOps, BitsRoundTripAndElementwiseExact) {
+  NEED_GPU();
+  for (DType t : {DType::BF16, DType::F16}) {
+    const auto x = rnd(4096, 3.0f, 1, t), y = rnd(4096, 3.0f, 2, t), bias = rnd(64, 1.0f, 3, t);
+    Dev<float> dx(x), dy(y), db(bias), back(x.size());
+    Dev<uint16_t> bits(x.size());
+    co::to_bits16(dx.p, x.size(), t, bits.p, nullptr);
+    co::from_bits16(bits.p, x.size(), t, back.p, nullptr);
+    const auto hb = bits.get();
+    const auto hx = back.get();
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_EQ(hb[i], to_bits16(t, x[i])) << i;
+      ASSERT_EQ(hx[i], x[i]) << i;
+    }
+    co::residual_add(dx.p, dy.p, x.size(), t, nullptr);  // x = T(x + y)
+    const auto r = dx.get();
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(r[i], round_to(t, x[i] + y[i])) << i;
+    Dev<float> yy(y);
+    co::round_bias(yy.p, 64, 64, db.p, t, nullptr);  // y = T(T(y) + b)
+    const auto rb = yy.get();
+    for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(rb[i], round_to(t, round_to(t, y[i]) + bias[i % 64])) << i;
+  }
+}
+
+TEST(CudaDecoderOps, SiluMulAndRmsnormWithinOneUlp) {
+  NEED_GPU();
+  const DType t = DType::BF16;
+  const auto g = rnd(3000, 2.0f, 4, t), u = rnd(3000, 2.0f, 5, t);
+  Dev<float> dg(g), du(u);
+  co::silu_mul(dg.p, du.p, g.size(), t, nullptr);
+  const auto r = dg.get();
+  for (size_t i = 0; i < g.size(); ++i) {
+    const float s = round_to(t, static_cast<float>(g[i] / (1.0 + std::exp(-static_cast<double>(g[i])))));
+    const float want = round_to(t, s * u[i]);
+    ASSERT_LE(std::fabs(r[i] - want), ulp_of(t, want) * 2.0) << i;  // silu's T-rounding may flip: 1 ulp of s times |u|
+  }
+  const int64_t m = 5, d = 576;
+  const auto x = rnd(m * d, 1.5f, 6, t), w = rnd(d, 0.3f, 7);
+  Dev<float> dx(x), dw(w), out(m * d);
+  co::rmsnorm(dx.p, dw.p, m, d, 1e-5f, t, out.p, nullptr);
+  const auto o = out.get();
+  double nz = 0;
+  for (int64_t i = 0; i < m; ++i) {
+    double ss = 0;
+    for (int64_t j = 0; j < d; ++j) ss += static_cast<double>(x[i * d + j]) * x[i * d + j];
+    const float rr = static_cast<float>(1.0 / std::sqrt(ss / d + 1e-5));
+    for (int64_t j = 0; j < d; ++j) {
+      const float want = round_to(t, round_to(t, x[i * d + j] * rr) * w[j]);
+      nz += std::fabs(want);
+      ASSERT_LE(std::fabs(o[i * d + j] - want), 2.0 * ulp_of(t, want) * (1 + std::fabs(w[j]))) << i << "," << j;
+    }
+  }
+  EXPECT_GT(nz, 0.0);
+}
+
+TEST(CudaDecoderOps, RopeStoreAndAttentionAgainstF64) {
+  NEED_GPU();
+  const int64_t n = 7, pos0 = 3, nh = 6, nkv = 2, hd = 64, cap = 16;
+  const DType t = DType::F32;
+  auto q = rnd(n * nh * hd, 1.0f, 8), k = rnd(n * nkv * hd, 1.0f, 9), v = rnd(n * nkv * hd, 1.0f, 10);
+  std::vector<float> cs(cap * hd);
+  for (int64_t p = 0; p < cap; ++p)
+    for (int64_t i = 0; i < hd / 2; ++i) {
+      const float ang = static_cast<float>(p) * static_cast<float>(std::pow(10000.0, -2.0 * i / hd));
+      cs[p * hd + i] = static_cast<float>(std::cos(static_cast<double>(ang)));
+      cs[p * hd + hd / 2 + i] = static_cast<float>(std::sin(static_cast<double>(ang)));
+    }
+  // Cache rows before pos0 hold earlier tokens.
+  auto kc = rnd(nkv * cap * hd, 1.0f, 11), vc = rnd(nkv * cap * hd, 1.0f, 12);
+  Dev<float> dq(q), dk(k), dv(v), dcs(cs), dkc(kc), dvc(vc), out(n * nh * hd);
+  co::rope_store_kv(dq.p, dk.p, dv.p, n, nh, nkv, hd, dcs.p, pos0, dkc.p, dvc.p, cap, t, nullptr);
+  co::attention(dq.p, dkc.p, dvc.p, n, pos0, nh, nkv, hd, cap, t, out.p, nullptr);
+  const auto gq = dq.get(), gkc = dkc.get(), gvc = dvc.get(), go = out.get();
+  // RoPE and the cache writes: the same f32 operations on both sides, exact.
+  auto rope = [&](float* vec, int64_t p) {
+    for (int64_t i = 0; i < hd / 2; ++i) {
+      const float a = vec[i], b = vec[i + hd / 2], c = cs[p * hd + i], s = cs[p * hd + hd / 2 + i];
+      vec[i] = a * c - b * s;
+      vec[i + hd / 2] = b * c + a * s;
+    }
+  };
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t h = 0; h < nh; ++h) rope(&q[(i * nh + h) * hd], pos0 + i);
+    for (int64_t h = 0; h < nkv; ++h) {
+      rope(&k[(i * nkv + h) * hd], pos0 + i);
+      for (int64_t e = 0; e < hd; ++e) {
+        kc[(h * cap + pos0 + i) * hd + e] = k[(i * nkv + h) * hd + e];
+        vc[(h * cap + pos0 + i) * hd + e] = v[(i * nkv + h) * hd + e];
+      }
+    }
+  }
+  ASSERT_EQ(gq, q);
+  ASSERT_EQ(gkc, kc);
+  ASSERT_EQ(gvc, vc);
+  // Attention in f64. Bound: scores are dot products of 64 terms (γ_64 relative to Σ|q·k| <= ~64·4), then
+  // softmax and a 10-term weighted sum of |v| <= ~4: |err| <= 4 · (γ_64·256 + γ_10·4) + f32 exp error, < 1e-3.
+  double worst = 0;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t h = 0; h < nh; ++h) {
+      const int64_t g = h / (nh / nkv), p = pos0 + i;
+      std::vector<double> s(p + 1);
+      double mx = -1e300, sum = 0;
+      for (int64_t j = 0; j <= p; ++j) {
+        double d = 0;
+        for (int64_t e = 0; e < hd; ++e) d += static_cast<double>(q[(i * nh + h) * hd + e]) * kc[(g * cap + j) * hd + e];
+        s[j] = d / 8.0;
+        mx = std::max(mx, s[j]);
+      }
+      for (auto& z : s) sum += (z = std::exp(z - mx));
+      for (int64_t e = 0; e < hd; ++e) {
+        double o = 0;
+        for (int64_t j = 0; j <= p; ++j) o += s[j] / sum * vc[(g * cap + j) * hd + e];
+        worst = std::max(worst, std::fabs(o - go[(i * nh + h) * hd + e]));
+      }
+    }
+  EXPECT_LT(worst, 1e-3);
+}
+
+TEST(CudaDecoderOps, GemmBf16AndF32AgainstF64) {
+  NEED_GPU();
+  const int64_t m = 3, k = 576, n = 200;
+  auto gemm = co::Gemm::create(0);
+  for (DType wt : {DType::BF16, DType::F32}) {
+    const auto x = rnd(m * k, 1.0f, 13, wt == DType::BF16 ? DType::BF16 : DType::F32);
+    const auto w = rnd(n * k, 0.05f, 14, wt == DType::BF16 ? DType::BF16 : DType::F32);
+    std::vector<uint16_t> xb(x.size()), wb(w.size());
+    for (size_t i = 0; i < x.size(); ++i) xb[i] = f32_to_bf16(x[i]);
+    for (size_t i = 0; i < w.size(); ++i) wb[i] = f32_to_bf16(w[i]);
+    Dev<float> dxf(x), dwf(w), y(m * n);
+    Dev<uint16_t> dxb(xb), dwb(wb);
+    if (wt == DType::BF16) gemm->run(dxb.p, m, k, dwb.p, wt, n, y.p, nullptr);
+    else gemm->run(dxf.p, m, k, dwf.p, wt, n, y.p, nullptr);
+    const auto gy = y.get();
+    // f32 accumulation of k products (exact products of bf16 inputs; f32 products otherwise):
+    // |err| <= γ_k · Σ|x·w|. Tensor cores need not round to nearest inside their f32 accumulation (truncation
+    // is allowed), so the unit roundoff is taken as 2^-23: γ_k = k·2^-23/(1 - k·2^-23).
+    const double gamma = k * std::ldexp(1.0, -23) / (1 - k * std::ldexp(1.0, -23));
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double ref = 0, absum = 0;
+        for (int64_t e = 0; e < k; ++e) {
+          ref += static_cast<double>(x[i * k + e]) * w[j * k + e];
+          absum += std::fabs(static_cast<double>(x[i * k + e]) * w[j * k + e]);
+        }
+        ASSERT_LE(std::fabs(gy[i * n + j] - ref), gamma * absum + 1e-30) << dtype_name(wt) << " " << i << "," << j;
+      }
+  }
+}
