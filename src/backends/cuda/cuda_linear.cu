@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <cmath>
+#include <map>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "backends/cuda/cuda_linear.h"
@@ -110,6 +112,26 @@ void keep_pool_memory(int device) {
   done.push_back(device);
 }
 
+// cuBLAS workspace, one per (device, stream) for the whole process (as PyTorch does): layers share it,
+// and calls on one stream are ordered, so no two GEMMs use it at once. Allocated at the first large-M call
+// on a stream, which therefore must not be inside a CUDA graph capture.
+constexpr size_t kBlasWorkspaceBytes = 32u << 20;
+void* blas_workspace(int device, cudaStream_t stream) {
+  static std::mutex mu;
+  static std::map<std::pair<int, cudaStream_t>, void*> spaces;
+  std::lock_guard<std::mutex> lock(mu);
+  void*& p = spaces[{device, stream}];
+  if (!p) {
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    check_cuda(cudaStreamIsCapturing(stream, &st), "cudaStreamIsCapturing");
+    NVFP4_CHECK(st == cudaStreamCaptureStatusNone,
+                "cuda linear: first large-M call on a stream while capturing a CUDA graph; run one call on "
+                "that stream before capturing");
+    check_cuda(cudaMalloc(&p, kBlasWorkspaceBytes), "cudaMalloc (cuBLAS workspace)");
+  }
+  return p;
+}
+
 class CudaLinearImpl final : public CudaLinear {
  public:
   CudaLinearImpl(const LinearWeights& w, const FragmentWeights* prepared, Semantics s, DType act, int device)
@@ -153,9 +175,7 @@ class CudaLinearImpl final : public CudaLinear {
     x_dec_ = w.input_global.dec;
     check_cuda(cudaGetLastError(), "upload");
     if (cublasCreate(&blas_) != CUBLAS_STATUS_SUCCESS) fail("cuda linear '" + w.name + "': cublasCreate failed");
-    blas_ws_.alloc(32u << 20);
 
-    cublasSetWorkspace(blas_, blas_ws_.p, blas_ws_.bytes);
     const int64_t rows = std::max<int64_t>(128, kWeightChunkBytes / (2 * k_) / 128 * 128);
     chunk_rows_ = static_cast<int>(std::min<int64_t>(rows, n16_ * 16));
     fused_max_m_ = default_fused_max_m(s, n_, k_);
@@ -262,6 +282,7 @@ class CudaLinearImpl final : public CudaLinear {
     StreamBuf wb(static_cast<size_t>(chunk_rows_) * k_ * 2, stream);
     uint8_t* wbuf = wb.get();
     cublasSetStream(blas_, stream);
+    cublasSetWorkspace(blas_, blas_workspace(device_, stream), kBlasWorkspaceBytes);
     const cudaDataType_t dt = act_ == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
     const float beta = 0.0f;
     for (int64_t n0 = 0; n0 < n_; n0 += chunk_rows_) {
@@ -288,7 +309,6 @@ class CudaLinearImpl final : public CudaLinear {
   float w_dec_ = 1.0f, x_enc_ = 1.0f, x_dec_ = 1.0f;
   DevBuf<uint8_t> wq_, ws_;
   DevBuf<float> bias_;
-  DevBuf<uint8_t> blas_ws_;
   cublasHandle_t blas_ = nullptr;
 
   int sms_ = 132;
