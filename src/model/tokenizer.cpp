@@ -274,6 +274,10 @@ Tokenizer Tokenizer::from_json(const std::string& text, const std::string& path)
     const auto& m = j.at("model");
     if (m.value("type", "BPE") != "BPE") fail(path + ": model type '" + m.value("type", "") + "', expected BPE");
     t.pre_ = parse_pretokenizer(j.value("pre_tokenizer", nlohmann::json()), path, &t.add_prefix_space_);
+    t.ignore_merges_ = m.contains("ignore_merges") && m["ignore_merges"].is_boolean() && m["ignore_merges"].get<bool>();
+    if (m.contains("byte_fallback") && m["byte_fallback"].is_boolean() && m["byte_fallback"].get<bool>()) {
+      fail(path + ": byte_fallback BPE (SentencePiece-style, e.g. Llama 2) is not supported; only byte-level BPE");
+    }
     int32_t max_id = -1;
     for (auto it = m.at("vocab").begin(); it != m.at("vocab").end(); ++it) max_id = std::max(max_id, it.value().get<int32_t>());
     if (j.contains("added_tokens"))
@@ -370,6 +374,15 @@ void Tokenizer::bpe(const std::string& piece, std::vector<int32_t>* out) const {
     return;
   }
   std::vector<int32_t> sym;
+  if (ignore_merges_) {
+    std::string mapped;
+    for (unsigned char b : piece) append_utf8(mapped, byte_to_codepoint(b));
+    auto whole = token_to_id_.find(mapped);
+    if (whole != token_to_id_.end()) {
+      out->push_back(whole->second);
+      return;
+    }
+  }
   sym.reserve(piece.size());
   for (unsigned char b : piece) {
     if (byte_ids_[b] < 0) fail("tokenizer: byte " + std::to_string(b) + " has no token in the vocabulary");

@@ -5,6 +5,7 @@
 //   pre_tokenizer:  ByteLevel (GPT-2 regex), Sequence[Digits(individual_digits), ByteLevel] (SmolLM), or a
 //                   Split whose pattern is Llama 3's (\p{N}{1,3}) or Qwen2's (\p{N}); anything else is an error
 //   post_processor: a TemplateProcessing that starts with a special token means "prepend BOS".
+//   model.ignore_merges (Llama 3): a pre-token found whole in the vocabulary is emitted without merging.
 // Encoding: added tokens split the text; each other piece is pre-tokenized, its UTF-8 bytes mapped to GPT-2's
 // printable byte alphabet, and merged by rank (lowest rank first, leftmost first). Decoding maps back.
 #pragma once
@@ -59,6 +60,7 @@ class Tokenizer {
 
   PreTokenizer pre_ = PreTokenizer::Gpt2;
   bool add_prefix_space_ = false;
+  bool ignore_merges_ = false;                // Llama 3: a pre-token that is itself in the vocabulary is one token
   bool add_bos_ = false;
   int32_t bos_id_ = -1;
   std::unordered_map<std::string, int32_t> token_to_id_;

@@ -170,3 +170,16 @@ TEST(Tokenizer, SmolLM2KnownIds) {
   EXPECT_EQ(t.encode("caf\xC3\xA9 \xE6\x97\xA5\xE6\x9C\xAC"), (std::vector<int32_t>{83, 1939, 2756, 17097, 241, 115, 40993}));
   EXPECT_EQ(t.decode(t.encode("caf\xC3\xA9 \xE6\x97\xA5\xE6\x9C\xAC")), "caf\xC3\xA9 \xE6\x97\xA5\xE6\x9C\xAC");
 }
+
+// ignore_merges (Llama 3): "abab" is in the vocabulary, so it is one token although no merge chain builds it
+// (the only merge is "a b" -> [ab, ab] otherwise). Hand-computed.
+TEST(Tokenizer, IgnoreMergesTakesWholeVocabularyWords) {
+  const std::string vocab = "\"a\": 0, \"b\": 1, \"ab\": 2, \"abab\": 3";
+  auto json = [&](bool ignore) {
+    return std::string("{\"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false},") +
+           "\"model\": {\"type\": \"BPE\", \"ignore_merges\": " + (ignore ? "true" : "false") + ", \"vocab\": {" + vocab +
+           "}, \"merges\": [\"a b\"]}}";
+  };
+  EXPECT_EQ(Tokenizer::from_json(json(false), "t").encode("abab"), (std::vector<int32_t>{2, 2}));
+  EXPECT_EQ(Tokenizer::from_json(json(true), "t").encode("abab"), (std::vector<int32_t>{3}));
+}
