@@ -35,8 +35,10 @@ class CudaLinear {  // one layer, prepared once at load
   // (bad shape, K % 16 != 0, W4A4 semantics without an input scale, no usable device).
   static std::unique_ptr<CudaLinear> create(const LinearWeights& w, Semantics s, DType act, int device);
   virtual ~CudaLinear() = default;
-  // x: device (m, K) T; y: device (m, N) T; stream: cudaStream_t or nullptr. Async, no host sync.
-  // m == 0 is a no-op. Not thread-safe on one object across streams (it owns a small workspace).
+  // x: device (m, K) T, 16-byte aligned; y: device (m, N) T; stream: cudaStream_t or nullptr. Async, no
+  // host sync; m == 0 is a no-op. Workspaces are stream-ordered (cudaMallocAsync), so calls from several
+  // threads/streams are safe. CUDA graphs: the first call with M above the fused-kernel crossover on a
+  // given stream allocates that stream's cuBLAS workspace and must happen before capturing.
   virtual void run(const void* x, int64_t m, void* y, void* stream) const = 0;
   virtual Semantics semantics() const = 0;
   virtual int64_t out_features() const = 0;

@@ -10,6 +10,7 @@
 
 #include "backends/cuda/cuda_util.cuh"
 #include "backends/cuda/gemm.cuh"
+#include "backends/cuda/weight_layout.h"
 
 namespace nvfp4::cuda::detail {
 namespace {
@@ -333,7 +334,7 @@ __global__ void dequant_weight_kernel(const GemmParams p, bool vllm, int n0, int
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
           const int pp = h + 2 * pr;  // register index: row g+8·h, k 4s+2pr+j
-          const int slot = (j ? 7 : 3) - pp;
+          const int slot = fragment_slot(pp, j);
           const uint32_t code = (wq[s4] >> (4 * slot)) & 0xF;
           vals[4 * s4 + 2 * pr + j] = A::one(__fmul_rn(e2m1_to_f32(code), sc));
         }

@@ -46,9 +46,7 @@ __global__ void __launch_bounds__(256) quantize_kernel(const T* __restrict__ x, 
   for (int i = 0; i < 16; ++i) {
     const uint32_t c = e2m1_from_f32(__fmul_rn(v[i], os));
     if (kFragment) {
-      const int s = i / 4, rr = (i % 4) / 2, j = i % 2;
-      const int slot = (j ? 7 : 3) - (2 * (s % 2) + rr);
-      w[s / 2] |= c << (4 * slot);
+      w[activation_word(i)] |= c << (4 * activation_slot(i));
     } else {
       w[i / 8] |= c << (4 * (i % 8));
     }

@@ -31,21 +31,19 @@ struct FragmentWeights {
   std::vector<uint8_t> scales;  // n16 * kc * 32 * 2
 };
 
-// Nibble slot of (step-local) fragment register p, value j (0 = first, 1 = second).
-inline int fragment_slot(int p, int j) { return (j ? 7 : 3) - p; }
+// Nibble slot of (step-local) fragment register p, value j (0 = first, 1 = second). constexpr so that the
+// kernels use this same definition (nvcc --expt-relaxed-constexpr).
+constexpr int fragment_slot(int p, int j) { return (j ? 7 : 3) - p; }
 
 // w: codes (n, k/2) and scales (n, k/16) linear; k % 16 == 0 (throws nvfp4::Error otherwise).
 FragmentWeights make_fragment_weights(const Nvfp4Matrix& w);
 // Inverse: linear codes and scales of the logical (n, k) matrix.
 void unpack_fragment_weights(const FragmentWeights& f, std::vector<uint8_t>* codes, std::vector<uint8_t>* scales);
 
-// Same nibble order for a group of 16 activations (8 bytes: two words of two steps each), used by the
-// fused W4A4 path: value i of the group (k = 4s+2r'+j ...) lives in word s/2 at slot fragment_slot(p, j)
-// with p = 2·(s%2) + r', r' = (i%4)/2, j = i%2.
-inline void activation_slot(int i, int* word, int* slot) {
-  const int s = i / 4, r = (i % 4) / 2, j = i % 2;
-  *word = s / 2;
-  *slot = fragment_slot(2 * (s % 2) + r, j);
-}
+// The same order for a group of 16 activation codes (8 bytes, two 32-bit words), written by the quantizer for
+// the fused W4A4 path: value i (i = 4s + 2r + j: MMA step s, B register r, first/second value j) lives in
+// word s/2 at nibble slot fragment_slot(2·(s%2) + r, j), so the kernel extracts it like a weight register.
+constexpr int activation_word(int i) { return i / 8; }
+constexpr int activation_slot(int i) { return fragment_slot(2 * ((i / 4) % 2) + (i % 4) / 2, i % 2); }
 
 }  // namespace nvfp4::cuda
