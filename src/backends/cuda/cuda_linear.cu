@@ -15,6 +15,7 @@
 
 #include "backends/cuda/cuda_linear.h"
 #include "backends/cuda/cuda_linear_internal.h"
+#include "backends/cuda/dequant_bits.h"
 #include "backends/cuda/gemm.cuh"
 #include "backends/cuda/quantize.cuh"
 #include "backends/cuda/weight_layout.h"
@@ -208,8 +209,7 @@ class CudaLinearImpl final : public CudaLinear {
     std::lock_guard<std::mutex> lock(mu_);
     detail::GemmParams p = params(m, y);
     const bool large = m > fused_max_m_;
-    const bool bf16 = act_ == DType::BF16;
-    const float shift = bf16 ? 256.0f : 128.0f;  // 2^c of cuda_util.cuh's kProductShift
+    const float shift = product_unshift(act_);  // 2^c of dequant_bits.h
     if (sem_ == Semantics::W4A16) {
       if (large) return run_large(static_cast<const uint8_t*>(x), m, y, w_dec_, false, stream);
       p.x = x;

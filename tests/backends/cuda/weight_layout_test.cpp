@@ -3,9 +3,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 
+#include "backends/cuda/dequant_bits.h"
 #include "common/error.h"
+#include "format/numerics.h"
 
 namespace nvfp4::cuda {
 namespace {
@@ -68,6 +71,55 @@ TEST(CudaWeightLayout, RejectsKNotMultipleOf16) {
   m.codes.resize(48);
   m.scales.resize(4);
   EXPECT_THROW(make_fragment_weights(m), Error);
+}
+
+// The kernels' register dequantization (dequant_bits.h), checked on the host for every E2M1 code in both
+// halves and every finite E4M3 scale: the nibble bits decode to e2m1 · 2^exp, the scale register is exact in
+// T, and their product e2m1 · S · 2^-shift is exactly representable in T (so the tensor-core operand, and
+// the hardware multiply that forms it with round-to-nearest, are exact).
+TEST(CudaDequantBits, ExactForEveryCodeAndScale) {
+  struct Case {
+    DType t;
+    uint32_t (*bits)(uint32_t);
+    int nibble_exp, scale_shift;
+  };
+  const Case cases[] = {{DType::BF16, bf16x2_nibble_bits, kBf16NibbleExp, kBf16ScaleShift},
+                        {DType::F16, f16x2_nibble_bits, kF16NibbleExp, kF16ScaleShift}};
+  for (const Case& c : cases) {
+    const double unshift = product_unshift(c.t);
+    for (uint32_t code = 0; code < 16; ++code) {
+      const uint32_t w = c.bits(code << 12 | code << 28);
+      for (int half = 0; half < 2; ++half) {
+        const float v = from_bits16(c.t, static_cast<uint16_t>(w >> (16 * half)));
+        ASSERT_EQ(v, std::ldexp(e2m1_decode(static_cast<uint8_t>(code)), c.nibble_exp))
+            << dtype_name(c.t) << " code " << code << " half " << half;
+        ASSERT_EQ(std::signbit(v), (code & 8) != 0);
+        for (int s8 = 0; s8 < 0x7F; ++s8) {
+          const float reg = std::ldexp(e4m3_decode(static_cast<uint8_t>(s8)), c.scale_shift);
+          ASSERT_TRUE(std::isfinite(reg));
+          ASSERT_EQ(round_to(c.t, reg), reg) << dtype_name(c.t) << " scale " << s8;
+          const double prod = static_cast<double>(v) * reg;
+          ASSERT_EQ(prod * unshift, static_cast<double>(e2m1_decode(static_cast<uint8_t>(code))) *
+                                        e4m3_decode(static_cast<uint8_t>(s8)));
+          ASSERT_EQ(static_cast<double>(round_to(c.t, static_cast<float>(prod))), prod)
+              << dtype_name(c.t) << " code " << code << " scale " << s8;
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaDequantBits, WordShiftsReachEveryFragmentSlot) {
+  // Register p of a step word is extracted from `word << 4p`: its values sit in slots fragment_slot(p, 0/1).
+  for (int p = 0; p < 4; ++p)
+    for (uint32_t code = 1; code < 16; ++code) {
+      const uint32_t word = code << (4 * fragment_slot(p, 0)) | ((code ^ 7) << (4 * fragment_slot(p, 1)));
+      const uint32_t w = bf16x2_nibble_bits(word << (4 * p));
+      EXPECT_EQ(from_bits16(DType::BF16, static_cast<uint16_t>(w)),
+                std::ldexp(e2m1_decode(static_cast<uint8_t>(code)), kBf16NibbleExp));
+      EXPECT_EQ(from_bits16(DType::BF16, static_cast<uint16_t>(w >> 16)),
+                std::ldexp(e2m1_decode(static_cast<uint8_t>(code ^ 7)), kBf16NibbleExp));
+    }
 }
 
 }  // namespace
