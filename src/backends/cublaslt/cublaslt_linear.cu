@@ -99,19 +99,31 @@ constexpr size_t kAlign = 256;
 
 size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
-// Per-device state shared by every layer on the device: the cuBLASLt handle, its workspace and the
-// activation workspace (grown on demand). Layers of one device run one at a time on one stream; the mutex
-// serializes the host side of run().
-struct DeviceContext {
-  std::mutex mu;
-  cublasLtHandle_t handle = nullptr;
+// Per-stream buffers: the cuBLASLt workspace and the activation workspace (grown on demand). Work on one
+// stream is ordered, so the layers of a device share one set per stream; two streams never share one.
+struct StreamBuffers {
   DeviceBuffer workspace;
   DeviceBuffer scratch;
-
   // Returns scratch of at least `bytes`. Growing frees the old buffer (cudaFree waits for the device).
   uint8_t* scratch_at_least(size_t bytes) {
     if (scratch.bytes < bytes) scratch.alloc(align_up(bytes + bytes / 4));
     return scratch.u8();
+  }
+};
+
+// Per-device state shared by every layer on the device: the cuBLASLt handle and the buffers of each stream.
+// The mutex serializes the host side of run() (plan cache, buffer growth).
+struct DeviceContext {
+  std::mutex mu;
+  cublasLtHandle_t handle = nullptr;
+  std::map<cudaStream_t, std::unique_ptr<StreamBuffers>> streams;
+  StreamBuffers& buffers(cudaStream_t s) {  // caller holds mu and has the device current
+    auto& b = streams[s];
+    if (!b) {
+      b = std::make_unique<StreamBuffers>();
+      b->workspace.alloc(kWorkspaceBytes);
+    }
+    return *b;
   }
 };
 
@@ -125,7 +137,6 @@ DeviceContext& context(int device) {
   auto* c = new DeviceContext();
   DeviceGuard g(device);
   LT_CHECK(cublasLtCreate(&c->handle));
-  c->workspace.alloc(kWorkspaceBytes);
   (*all)[device] = c;
   return *c;
 }
@@ -296,8 +307,9 @@ class Impl final : public CublasLtLinear {
     const float* consts = static_cast<const float*>(consts_.p);
     const void* alpha = p.device_scalars ? static_cast<const void*>(consts) : static_cast<const void*>(&alpha_);
     const void* beta = p.device_scalars ? static_cast<const void*>(consts + 1) : static_cast<const void*>(&kZero);
+    const DeviceBuffer& lt_ws = ctx_->buffers(stream).workspace;
     LT_CHECK(cublasLtMatmul(ctx_->handle, p.desc, alpha, w_codes_.p, p.a, ws.x_codes, p.b, beta, d, p.d, d, p.d,
-                            &p.algo, ctx_->workspace.p, ctx_->workspace.bytes, stream));
+                            &p.algo, lt_ws.p, lt_ws.bytes, stream));
     const float* bias = static_cast<const float*>(bias_.p);
     if (p.staged) {
       launch_finish(act_, d, p.rows, y, m, n_, bias, stream);
@@ -358,7 +370,7 @@ class Impl final : public CublasLtLinear {
     const size_t scales_bytes = align_up(static_cast<size_t>(swizzled_bytes(m, k_ / kGroupSize)));
     const size_t tight_bytes = kp_ != k_ ? align_up(static_cast<size_t>(m * (k_ / 2))) : 0;
     const size_t stage_bytes = align_up(stage);
-    uint8_t* base = ctx_->scratch_at_least(codes_bytes + scales_bytes + tight_bytes + stage_bytes);
+    uint8_t* base = ctx_->buffers(stream).scratch_at_least(codes_bytes + scales_bytes + tight_bytes + stage_bytes);
     Workspace ws;
     ws.x_codes = base;
     ws.x_scales = base + codes_bytes;
@@ -396,7 +408,7 @@ class Impl final : public CublasLtLinear {
     };
     cublasLtMatmulPreference_t pref = nullptr;
     if (done(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate")) return false;
-    const uint64_t ws_bytes = ctx_->workspace.bytes;
+    const uint64_t ws_bytes = kWorkspaceBytes;  // every stream's cuBLASLt workspace has this size
     const uint32_t c_align = static_cast<uint32_t>(d_align);
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof(ws_bytes));
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &c_align, sizeof(c_align));

@@ -28,7 +28,8 @@ class CublasLtLinear {  // one layer, prepared once at load
   virtual ~CublasLtLinear() = default;
   // x: device (m, K) T row-major; y: device (m, N) T row-major; stream: cudaStream_t or nullptr.
   // Asynchronous (alpha is read from device memory; no host sync). m == 0 is a no-op.
-  // Not thread-safe on one object across streams (it owns the activation workspace).
+  // Workspaces are per (device, stream), so layers may run on several streams; calls are serialized on the
+  // host by a per-device mutex.
   virtual void run(const void* x, int64_t m, void* y, void* stream) const = 0;
   virtual int64_t out_features() const = 0;
   virtual int64_t in_features() const = 0;
