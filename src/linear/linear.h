@@ -33,8 +33,9 @@ class QuantizedLinear {
   const GlobalScale& input_global() const { return input_global_; }
 
   // x: (m, K) T row-major, y: (m, N) T row-major (T = act_dtype(), bit patterns), host or device as
-  // on_device() says; bias (if the layer has one) is included. stream: cudaStream_t or nullptr (ignored on
-  // cpu). Device executors are asynchronous (no host sync); m == 0 is a no-op.
+  // on_device() says; device x must be 16-byte aligned. Bias (if the layer has one) is included. stream:
+  // cudaStream_t or nullptr (ignored on cpu). Device executors are asynchronous (no host sync); m == 0 is a
+  // no-op. CUDA graphs: call once with the largest m on the stream before capturing (workspaces grow then).
   virtual void forward(const void* x, int64_t m, void* y, void* stream) const = 0;
 
  protected:

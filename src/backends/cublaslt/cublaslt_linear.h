@@ -26,7 +26,9 @@ class CublasLtLinear {  // one layer, prepared once at load
   // including when native FP4 is not available on `device` (message as native_fp4_available's).
   static std::unique_ptr<CublasLtLinear> create(const LinearWeights& w, DType act, int device);
   virtual ~CublasLtLinear() = default;
-  // x: device (m, K) T row-major; y: device (m, N) T row-major; stream: cudaStream_t or nullptr.
+  // x: device (m, K) T row-major, 16-byte aligned; y: device (m, N) T row-major; stream: cudaStream_t or
+  // nullptr. The first call with a larger m on a stream grows that stream's workspace (cudaMalloc) and asks
+  // cuBLASLt for a plan: make it before capturing a CUDA graph.
   // Asynchronous (alpha is read from device memory; no host sync). m == 0 is a no-op.
   // Workspaces are per (device, stream), so layers may run on several streams; calls are serialized on the
   // host by a per-device mutex.
