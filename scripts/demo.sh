@@ -14,6 +14,7 @@
 #   NVFP4_BUILD_DIR  build folder (default: build)
 #   DEMO_PROMPT      the question (default below)
 #   DEMO_DEVICE      --device for the runs (default: automatic)
+#   DEMO_OPS         --ops for the runs: cpu (default) or cuda (decoder kernels on the GPU)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -28,6 +29,7 @@ mkdir -p "$models"
 prompt="${DEMO_PROMPT:-What is the capital of France? Answer in one sentence.}"
 dev=()
 [ -n "${DEMO_DEVICE:-}" ] && dev=(--device "$DEMO_DEVICE")
+[ -n "${DEMO_OPS:-}" ] && dev+=(--ops "$DEMO_OPS")
 
 say() { printf '\n== %s\n' "$*" >&2; }
 

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 
 #include "cli/dispatch_flags.h"
 #include "cli/verbs.h"
@@ -78,10 +79,15 @@ int run_eval(int argc, char** argv) {
   }
   const double tps = r.seconds > 0 ? static_cast<double>(r.scored + r.windows) / r.seconds : 0.0;
   if (json) {
-    std::printf("{\"perplexity\": %.6f, \"tokens\": %lld, \"windows\": %lld, \"seconds\": %.3f, \"tokens_per_second\": %.2f, "
-                "\"linears\": \"%s\"}\n",
-                r.perplexity(), static_cast<long long>(r.scored), static_cast<long long>(r.windows), r.seconds, tps,
-                how.c_str());
+    nlohmann::ordered_json j;
+    j["perplexity"] = r.perplexity();
+    j["tokens"] = r.scored;
+    j["windows"] = r.windows;
+    j["seconds"] = r.seconds;
+    j["tokens_per_second"] = tps;
+    j["linears"] = how;
+    j["ops"] = ops;
+    std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("perplexity %.4f over %lld tokens (%lld windows of <= %lld), %.1f tokens/s; linears: %s\n",
                 r.perplexity(), static_cast<long long>(r.scored), static_cast<long long>(r.windows),
