@@ -129,8 +129,12 @@ std::string gguf_tokenizer_json(const io::GgufFile& f) {
   return j.dump(1) + "\n";
 }
 
-ImportSummary import_gguf(const std::string& gguf_path, const std::string& out_dir, bool overwrite,
+ImportSummary import_gguf(const std::string& gguf_path, const std::string& out_dir_arg, bool overwrite,
                           const Reporter& rep) {
+  // "dir/" and "dir" are the same output (the temporary "<dir>.partial" must be a sibling, not a child).
+  std::string out_dir = out_dir_arg;
+  while (out_dir.size() > 1 && out_dir.back() == '/') out_dir.pop_back();
+  if (out_dir.empty() || out_dir == "." || out_dir == "..") throw UsageError("import-gguf: output directory '" + out_dir_arg + "' is not a new directory name");
   if (fs::exists(out_dir) && !overwrite) {
     throw UsageError(out_dir + ": already exists (use --force to replace it)");
   }
