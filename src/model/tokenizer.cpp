@@ -273,10 +273,38 @@ Tokenizer Tokenizer::from_json(const std::string& text, const std::string& path)
   try {
     const auto& m = j.at("model");
     if (m.value("type", "BPE") != "BPE") fail(path + ": model type '" + m.value("type", "") + "', expected BPE");
-    t.pre_ = parse_pretokenizer(j.value("pre_tokenizer", nlohmann::json()), path, &t.add_prefix_space_);
     t.ignore_merges_ = m.contains("ignore_merges") && m["ignore_merges"].is_boolean() && m["ignore_merges"].get<bool>();
-    if (m.contains("byte_fallback") && m["byte_fallback"].is_boolean() && m["byte_fallback"].get<bool>()) {
-      fail(path + ": byte_fallback BPE (SentencePiece-style, e.g. Llama 2) is not supported; only byte-level BPE");
+    t.byte_fallback_ = m.contains("byte_fallback") && m["byte_fallback"].is_boolean() && m["byte_fallback"].get<bool>();
+    const nlohmann::json pre = j.value("pre_tokenizer", nlohmann::json());
+    const nlohmann::json norm = j.value("normalizer", nlohmann::json());
+    // SentencePiece-style: a Prepend('▁') / Replace(' ' -> '▁') normalizer, or a Metaspace pre-tokenizer.
+    bool norm_prepend = false, norm_replace = false;
+    auto scan_norm = [&](const nlohmann::json& n) {
+      const std::string ty = n.value("type", "");
+      if (ty == "Prepend" && n.value("prepend", "") == "\xe2\x96\x81") norm_prepend = true;
+      if (ty == "Replace" && n.value("content", "") == "\xe2\x96\x81") norm_replace = true;
+    };
+    if (norm.is_object()) {
+      if (norm.value("type", "") == "Sequence" && norm.contains("normalizers"))
+        for (const auto& n : norm["normalizers"]) scan_norm(n);
+      else scan_norm(norm);
+    }
+    const bool metaspace = pre.is_object() && pre.value("type", "") == "Metaspace";
+    if (norm_replace || metaspace || (t.byte_fallback_ && pre.is_null())) {
+      t.spm_ = true;
+      t.spm_prepend_ = norm_prepend ? Prepend::Every : Prepend::Never;
+      if (metaspace) {
+        const std::string scheme = pre.value("prepend_scheme", pre.value("add_prefix_space", true) ? "always" : "never");
+        t.spm_prepend_ = scheme == "first" ? Prepend::First : scheme == "never" ? Prepend::Never : Prepend::Always;
+        t.spm_split_ = pre.value("split", true);
+      }
+      if (m.contains("unk_token") && m["unk_token"].is_string()) {
+        auto u = m["vocab"].find(m["unk_token"].get<std::string>());
+        if (u != m["vocab"].end()) t.unk_id_ = u->get<int32_t>();
+      }
+    } else {
+      t.pre_ = parse_pretokenizer(pre, path, &t.add_prefix_space_);
+      if (t.byte_fallback_) fail(path + ": byte_fallback with a byte-level pre-tokenizer is not supported");
     }
     int32_t max_id = -1;
     for (auto it = m.at("vocab").begin(); it != m.at("vocab").end(); ++it) max_id = std::max(max_id, it.value().get<int32_t>());
@@ -310,6 +338,10 @@ Tokenizer Tokenizer::from_json(const std::string& text, const std::string& path)
       append_utf8(s, byte_to_codepoint(static_cast<uint8_t>(b)));
       auto it = t.token_to_id_.find(s);
       t.byte_ids_[b] = it == t.token_to_id_.end() ? -1 : it->second;
+      char fb[8];
+      std::snprintf(fb, sizeof(fb), "<0x%02X>", b);
+      auto f = t.token_to_id_.find(fb);
+      t.fallback_ids_[b] = f == t.token_to_id_.end() ? -1 : f->second;
     }
     int32_t rank = 0;
     for (const auto& mg : m.at("merges")) {
@@ -384,10 +416,36 @@ void Tokenizer::bpe(const std::string& piece, std::vector<int32_t>* out) const {
     }
   }
   sym.reserve(piece.size());
-  for (unsigned char b : piece) {
-    if (byte_ids_[b] < 0) fail("tokenizer: byte " + std::to_string(b) + " has no token in the vocabulary");
-    sym.push_back(byte_ids_[b]);
+  if (spm_) {
+    // Characters; one missing from the vocabulary becomes <0xXX> byte tokens (byte_fallback) or unk.
+    for (const Cp& c : decode_utf8(piece, 0, piece.size())) {
+      auto it = token_to_id_.find(piece.substr(c.begin, c.end - c.begin));
+      if (it != token_to_id_.end() && !added_[it->second]) {
+        sym.push_back(it->second);
+        continue;
+      }
+      bool ok = byte_fallback_;
+      for (size_t k = c.begin; ok && k < c.end; ++k) ok = fallback_ids_[static_cast<uint8_t>(piece[k])] >= 0;
+      if (ok) {
+        for (size_t k = c.begin; k < c.end; ++k) sym.push_back(fallback_ids_[static_cast<uint8_t>(piece[k])]);
+      } else if (unk_id_ >= 0) {
+        if (sym.empty() || sym.back() != unk_id_) sym.push_back(unk_id_);  // fuse_unk
+      } else {
+        fail("tokenizer: character U+" + std::to_string(c.cp) + " has no token, no byte fallback and no unk token");
+      }
+    }
+  } else {
+    for (unsigned char b : piece) {
+      if (byte_ids_[b] < 0) fail("tokenizer: byte " + std::to_string(b) + " has no token in the vocabulary");
+      sym.push_back(byte_ids_[b]);
+    }
   }
+  merge(sym);
+  if (cache_.size() < 200000 && piece.size() <= 256) cache_.emplace(piece, sym);
+  out->insert(out->end(), sym.begin(), sym.end());
+}
+
+void Tokenizer::merge(std::vector<int32_t>& sym) const {
   while (sym.size() > 1) {
     int32_t best_rank = std::numeric_limits<int32_t>::max(), best_id = -1;
     size_t best_pos = 0;
@@ -415,18 +473,44 @@ void Tokenizer::bpe(const std::string& piece, std::vector<int32_t>* out) const {
     }
     sym.swap(next);
   }
-  if (cache_.size() < 200000) cache_.emplace(piece, sym);
-  out->insert(out->end(), sym.begin(), sym.end());
+}
+
+void Tokenizer::encode_segment(const std::string& s, bool first, std::vector<int32_t>* out) const {
+  if (s.empty()) return;
+  if (!spm_) {
+    std::string src = s;
+    if (add_prefix_space_ && src[0] != ' ') src = " " + src;
+    for (auto [b, e] : pretokenize(pre_, src)) bpe(src.substr(b, e - b), out);
+    return;
+  }
+  static const std::string kMeta = "\xe2\x96\x81";  // '▁' U+2581
+  std::string n;
+  for (char ch : s) {
+    if (ch == ' ') n += kMeta;
+    else n += ch;
+  }
+  const bool starts = n.compare(0, kMeta.size(), kMeta) == 0;
+  if (spm_prepend_ == Prepend::Every || (spm_prepend_ == Prepend::Always && !starts) ||
+      (spm_prepend_ == Prepend::First && first && !starts)) {
+    n = kMeta + n;
+  }
+  if (!spm_split_) {
+    bpe(n, out);
+    return;
+  }
+  size_t b = 0;  // pieces start at each '▁' (the delimiter is merged with what follows it)
+  for (size_t i = 1; i <= n.size(); ++i) {
+    if (i == n.size() || n.compare(i, kMeta.size(), kMeta) == 0) {
+      if (i > b) bpe(n.substr(b, i - b), out);
+      b = i;
+    }
+  }
 }
 
 std::vector<int32_t> Tokenizer::encode(const std::string& text, bool parse_special) const {
   std::vector<int32_t> out;
-  auto encode_plain = [&](const std::string& s) {
-    if (s.empty()) return;
-    std::string src = s;
-    if (add_prefix_space_ && src[0] != ' ') src = " " + src;
-    for (auto [b, e] : pretokenize(pre_, src)) bpe(src.substr(b, e - b), &out);
-  };
+  size_t seg_start = 0;
+  auto encode_plain = [&](const std::string& s) { encode_segment(s, seg_start == 0, &out); };
   if (!parse_special || added_contents_.empty()) {
     encode_plain(text);
     return out;
@@ -438,11 +522,13 @@ std::vector<int32_t> Tokenizer::encode(const std::string& text, bool parse_speci
       if (!c.empty() && text.compare(i, c.size(), c) == 0) { hit = &c; break; }
     }
     if (!hit) { ++i; continue; }
+    seg_start = start;
     encode_plain(text.substr(start, i - start));
     out.push_back(token_to_id_.at(*hit));
     i += hit->size();
     start = i;
   }
+  seg_start = start;
   encode_plain(text.substr(start));
   return out;
 }
@@ -451,6 +537,21 @@ std::string Tokenizer::token_bytes(int32_t id) const {
   if (id < 0 || static_cast<size_t>(id) >= id_to_token_.size()) return std::string();
   const std::string& t = id_to_token_[id];
   if (added_[id]) return t;
+  if (spm_) {
+    if (t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>') {
+      return std::string(1, static_cast<char>(std::stoi(t.substr(3, 2), nullptr, 16)));
+    }
+    std::string out;
+    for (size_t i = 0; i < t.size();) {
+      if (t.compare(i, 3, "\xe2\x96\x81") == 0) {
+        out += ' ';
+        i += 3;
+      } else {
+        out += t[i++];
+      }
+    }
+    return out;
+  }
   static const std::vector<int> inverse = [] {
     std::vector<int> inv(512, -1);
     for (int b = 0; b < 256; ++b) inv[byte_to_codepoint(static_cast<uint8_t>(b))] = b;
@@ -470,6 +571,7 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special
     if (skip_special && is_special(id)) continue;
     out += token_bytes(id);
   }
+  if (spm_ && !out.empty() && out[0] == ' ') out.erase(0, 1);  // the '▁' the encoder prepended
   return out;
 }
 

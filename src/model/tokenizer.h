@@ -8,6 +8,13 @@
 //   model.ignore_merges (Llama 3): a pre-token found whole in the vocabulary is emitted without merging.
 // Encoding: added tokens split the text; each other piece is pre-tokenized, its UTF-8 bytes mapped to GPT-2's
 // printable byte alphabet, and merged by rank (lowest rank first, leftmost first). Decoding maps back.
+//
+// Also SentencePiece-style BPE (Llama 2, Mistral, TinyLlama), recognised by model.byte_fallback or a '▁'
+// normalizer / Metaspace pre-tokenizer: spaces become '▁' (U+2581), '▁' is prepended (normalizer Prepend: to
+// every text segment between added tokens; Metaspace prepend_scheme "first"/"always"/"never"), Metaspace
+// split=true cuts before every '▁', symbols start as characters, a character missing from the vocabulary
+// becomes its UTF-8 bytes as <0xXX> tokens (byte_fallback) or the unk token, then merges by rank. Decoding
+// maps '▁' back to ' ', <0xXX> to its byte, and drops the one leading space.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -52,15 +59,24 @@ class Tokenizer {
   bool is_special(int32_t id) const;
   int64_t vocab_size() const { return static_cast<int64_t>(id_to_token_.size()); }
   PreTokenizer pretokenizer() const { return pre_; }
+  bool sentencepiece() const { return spm_; }
   bool add_bos() const { return add_bos_; }
   int32_t bos_id() const { return bos_id_; }
 
  private:
   void bpe(const std::string& piece, std::vector<int32_t>* out) const;
+  void merge(std::vector<int32_t>& sym) const;
+  void encode_segment(const std::string& s, bool first, std::vector<int32_t>* out) const;
 
   PreTokenizer pre_ = PreTokenizer::Gpt2;
   bool add_prefix_space_ = false;
   bool ignore_merges_ = false;                // Llama 3: a pre-token that is itself in the vocabulary is one token
+  bool spm_ = false;                          // SentencePiece-style BPE (see above)
+  enum class Prepend : uint8_t { Every, First, Always, Never } spm_prepend_ = Prepend::Every;
+  bool spm_split_ = false;
+  bool byte_fallback_ = false;
+  int32_t unk_id_ = -1;
+  int32_t fallback_ids_[256];                 // id of "<0xXX>" for each byte (-1 when absent)
   bool add_bos_ = false;
   int32_t bos_id_ = -1;
   std::unordered_map<std::string, int32_t> token_to_id_;

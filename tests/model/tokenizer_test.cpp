@@ -136,8 +136,8 @@ TEST(Tokenizer, RejectsWhatItCannotDo) {
   EXPECT_THROW(Tokenizer::from_json("{\"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"model\": {\"type\": \"BPE\", "
                                     "\"vocab\": {\"a\": 0}, \"merges\": [\"a q\"]}}", "x.json"),
                nvfp4::Error);
-  // A Metaspace (sentencepiece-style) pre-tokenizer is not byte-level BPE.
-  EXPECT_THROW(Tokenizer::from_json("{\"pre_tokenizer\": {\"type\": \"Metaspace\"}, \"model\": {\"type\": \"BPE\", "
+  // A pre-tokenizer that is neither byte-level nor SentencePiece-style.
+  EXPECT_THROW(Tokenizer::from_json("{\"pre_tokenizer\": {\"type\": \"Whitespace\"}, \"model\": {\"type\": \"BPE\", "
                                     "\"vocab\": {\"a\": 0}, \"merges\": []}}", "x.json"),
                nvfp4::Error);
 }
@@ -182,4 +182,54 @@ TEST(Tokenizer, IgnoreMergesTakesWholeVocabularyWords) {
   };
   EXPECT_EQ(Tokenizer::from_json(json(false), "t").encode("abab"), (std::vector<int32_t>{2, 2}));
   EXPECT_EQ(Tokenizer::from_json(json(true), "t").encode("abab"), (std::vector<int32_t>{3}));
+}
+
+// SentencePiece-style BPE (Llama 2): hand-computed. Vocabulary <unk> <s> </s> ▁ a b ▁a ab ▁ab <0xE6> <0x97> <0xA5>,
+// merges (rank order) "a b", "▁ a", "▁ ab"; normalizer Prepend('▁') + Replace(' ' -> '▁'); byte fallback.
+//   "ab a日" -> "▁ab▁a日" -> ▁ a b ▁ a <0xE6><0x97><0xA5>   (日 is not in the vocabulary: its 3 UTF-8 bytes)
+//   (a,b) rank 0 -> ▁ ab ▁ a ...; (▁,a) rank 1 -> ▁ ab ▁a ...; (▁,ab) rank 2 -> ▁ab ▁a ...   = [8, 6, 9, 10, 11]
+TEST(Tokenizer, SentencePieceBpeHandComputed) {
+  const std::string m = "\xE2\x96\x81";
+  const std::string json =
+      "{\"added_tokens\": [{\"id\": 0, \"content\": \"<unk>\", \"special\": true}, {\"id\": 1, \"content\": \"<s>\", "
+      "\"special\": true}, {\"id\": 2, \"content\": \"</s>\", \"special\": true}],"
+      "\"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Prepend\", \"prepend\": \"" + m +
+      "\"}, {\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}, \"content\": \"" + m + "\"}]},"
+      "\"pre_tokenizer\": null,"
+      "\"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": {\"id\": \"<s>\", "
+      "\"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}]},"
+      "\"model\": {\"type\": \"BPE\", \"unk_token\": \"<unk>\", \"byte_fallback\": true, \"vocab\": {\"<unk>\": 0, "
+      "\"<s>\": 1, \"</s>\": 2, \"" + m + "\": 3, \"a\": 4, \"b\": 5, \"" + m + "a\": 6, \"ab\": 7, \"" + m +
+      "ab\": 8, \"<0xE6>\": 9, \"<0x97>\": 10, \"<0xA5>\": 11}, \"merges\": [\"a b\", \"" + m + " a\", \"" + m +
+      " ab\"]}}";
+  const Tokenizer t = Tokenizer::from_json(json, "spm.json");
+  EXPECT_TRUE(t.sentencepiece());
+  EXPECT_TRUE(t.add_bos());
+  EXPECT_EQ(t.bos_id(), 1);
+  const std::string text = "ab a\xE6\x97\xA5";
+  EXPECT_EQ(t.encode(text), (std::vector<int32_t>{8, 6, 9, 10, 11}));
+  EXPECT_EQ(t.decode({8, 6, 9, 10, 11}), text);
+  // Each text segment between added tokens gets its own '▁' (the Prepend normalizer runs per segment).
+  EXPECT_EQ(t.encode("<s>ab</s>a"), (std::vector<int32_t>{1, 8, 2, 6}));
+  // 'c' has neither a token nor a <0x63> byte token: unk.
+  EXPECT_EQ(t.encode("c"), (std::vector<int32_t>{3, 0}));
+}
+
+// Metaspace(prepend_scheme "first", split true), newer Llama 2 files: only the text's first segment gets '▁',
+// and pieces start at each '▁'. Same vocabulary and merges as above; hand-computed:
+//   "ab a</s>ab" -> segment "ab a" -> "▁ab▁a" -> pieces "▁ab" [8], "▁a" [6]; </s> [2]; "ab" (no '▁') -> [7]
+TEST(Tokenizer, SentencePieceMetaspaceFirstAndSplit) {
+  const std::string m = "\xE2\x96\x81";
+  const std::string json =
+      "{\"added_tokens\": [{\"id\": 2, \"content\": \"</s>\", \"special\": true}],"
+      "\"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": \"" + m + "\", \"prepend_scheme\": \"first\", "
+      "\"split\": true},"
+      "\"model\": {\"type\": \"BPE\", \"byte_fallback\": true, \"vocab\": {\"<unk>\": 0, \"<s>\": 1, \"</s>\": 2, \"" + m +
+      "\": 3, \"a\": 4, \"b\": 5, \"" + m + "a\": 6, \"ab\": 7, \"" + m + "ab\": 8}, \"merges\": [\"a b\", \"" + m +
+      " a\", \"" + m + " ab\"]}}";
+  const Tokenizer t = Tokenizer::from_json(json, "spm2.json");
+  EXPECT_TRUE(t.sentencepiece());
+  EXPECT_FALSE(t.add_bos());
+  EXPECT_EQ(t.encode("ab a</s>ab"), (std::vector<int32_t>{8, 6, 2, 7}));
+  EXPECT_EQ(t.decode({8, 6, 2, 7}), "ab a</s>ab");
 }
