@@ -31,7 +31,7 @@ int run_generate(int argc, char** argv) {
   app.add_option("-m,--model", dir, "model directory")->required();
   app.add_option("-p,--prompt", prompt, "prompt text")->required();
   app.add_option("-n,--n-predict", n_predict, "tokens to generate (default 64)")->check(CLI::Range(int64_t(0), int64_t(1) << 20));
-  app.add_flag("--chat", chat, "wrap the prompt in the model's chat template (ChatML or Llama 3)");
+  app.add_flag("--chat", chat, "wrap the prompt in the model's chat template (ChatML, Llama 3 or Llama 2 [INST])");
   app.add_option("--system", system, "system message for --chat (default: the template's own, if any)");
   app.add_option("--seed", so.seed, "sampling seed (default 0)");
   app.add_option("--temp", so.temperature, "temperature; 0 = greedy (default 0)")->check(CLI::Range(0.0f, 100.0f));
@@ -67,7 +67,7 @@ int run_generate(int argc, char** argv) {
     const std::string tmpl = nvfp4::model::load_chat_template(dir);
     const auto fmt = nvfp4::model::detect_chat_format(tmpl);
     if (fmt == nvfp4::model::ChatFormat::None) {
-      throw nvfp4::Error(dir + "/tokenizer_config.json: no ChatML or Llama 3 chat template; run without --chat");
+      throw nvfp4::Error(dir + "/tokenizer_config.json: no ChatML, Llama 3 or Llama 2 chat template; run without --chat");
     }
     const std::string sys = system.empty() ? nvfp4::model::default_system_message(tmpl) : system;
     text = nvfp4::model::apply_chat_template(fmt, prompt, sys);

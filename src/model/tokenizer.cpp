@@ -580,6 +580,7 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special
 ChatFormat detect_chat_format(const std::string& t) {
   if (t.find("<|im_start|>") != std::string::npos) return ChatFormat::ChatML;
   if (t.find("<|start_header_id|>") != std::string::npos) return ChatFormat::Llama3;
+  if (t.find("[INST]") != std::string::npos) return ChatFormat::Llama2;
   return ChatFormat::None;
 }
 
@@ -609,6 +610,10 @@ std::string apply_chat_template(ChatFormat f, const std::string& prompt, const s
       if (!system.empty()) s += "<|start_header_id|>system<|end_header_id|>\n\n" + system + "<|eot_id|>";
       return s + "<|start_header_id|>user<|end_header_id|>\n\n" + prompt +
              "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n";
+    }
+    case ChatFormat::Llama2: {
+      if (system.empty()) return "[INST] " + prompt + " [/INST]";
+      return "[INST] <<SYS>>\n" + system + "\n<</SYS>>\n\n" + prompt + " [/INST]";
     }
     case ChatFormat::None: break;
   }

@@ -91,9 +91,10 @@ class Tokenizer {
 
 // Chat templates the runner applies itself (no Jinja): ChatML (SmolLM2, Qwen2):
 //   [<|im_start|>system\n{system}<|im_end|>\n]<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n
-// and Llama 3 (<|start_header_id|>user<|end_header_id|>\n\n{prompt}<|eot_id|>...). Chosen from the
-// template text found in tokenizer_config.json / the GGUF; empty when it is neither.
-enum class ChatFormat : uint8_t { None, ChatML, Llama3 };
+// Llama 3 (<|start_header_id|>user<|end_header_id|>\n\n{prompt}<|eot_id|>...), and Llama 2 / Mistral
+// ([INST] [<<SYS>>\n{system}\n<</SYS>>\n\n]{prompt} [/INST], BOS added by the tokenizer). Chosen from the
+// template text found in tokenizer_config.json / the GGUF; None when it is none of these.
+enum class ChatFormat : uint8_t { None, ChatML, Llama3, Llama2 };
 ChatFormat detect_chat_format(const std::string& jinja_template);
 // `system` may be empty (the ChatML default of the SmolLM2 template is used when default_system is given).
 std::string apply_chat_template(ChatFormat f, const std::string& prompt, const std::string& system);

@@ -152,7 +152,10 @@ TEST(ChatTemplate, ChatMLAsSmolLM2) {
   EXPECT_EQ(apply_chat_template(ChatFormat::ChatML, "Hi", sys),
             "<|im_start|>system\n" + sys + "<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
   EXPECT_EQ(detect_chat_format("{{ bos_token }}<|start_header_id|>"), ChatFormat::Llama3);
-  EXPECT_EQ(detect_chat_format("[INST]"), ChatFormat::None);
+  EXPECT_EQ(detect_chat_format("{{ '[INST] ' + content }}"), ChatFormat::Llama2);
+  EXPECT_EQ(apply_chat_template(ChatFormat::Llama2, "Hi", ""), "[INST] Hi [/INST]");
+  EXPECT_EQ(apply_chat_template(ChatFormat::Llama2, "Hi", "Be brief."), "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST]");
+  EXPECT_EQ(detect_chat_format("{{ messages }}"), ChatFormat::None);
 }
 
 // The real SmolLM2 vocabulary, when scripts/demo.sh (or import-gguf) has produced it under models/.
