@@ -38,7 +38,7 @@ void rope_store_kv(float* q, float* k, const float* v, int64_t n, int64_t nh, in
 
 // Causal attention with GQA (query head j reads kv head j / (nh/nkv)): for token i at position p = pos0 + i,
 // out[i, j] = T( Σ_{s<=p} softmax_s(q·k_s / sqrt(hd)) · v_s ). q, out: (n, nh, hd); kc, vc: (nkv, cap, hd).
-// Limits: hd <= 256, p < 12288 (scores live in shared memory). Throws otherwise.
+// Limits: hd <= 256, p < 32768 (scores live in shared memory). Throws otherwise.
 void attention(const float* q, const float* kc, const float* vc, int64_t n, int64_t pos0, int64_t nh, int64_t nkv,
                int64_t hd, int64_t cap, DType t, float* out, void* stream);
 
