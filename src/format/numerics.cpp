@@ -66,15 +66,6 @@ uint8_t e4m3_encode(float x) {
   return static_cast<uint8_t>(sign | ((exp + 7) << 3) | static_cast<int>(mant));
 }
 
-uint16_t f32_to_bf16(float x) {
-  uint32_t u = bits_of(x);
-  if (std::isnan(x)) return static_cast<uint16_t>((u >> 16) | 0x40);  // quiet NaN, sign kept
-  u += 0x7FFFu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-
-float bf16_to_f32(uint16_t b) { return float_of(static_cast<uint32_t>(b) << 16); }
-
 uint16_t f32_to_f16(float x) {
   const uint32_t u = bits_of(x);
   const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
@@ -103,14 +94,6 @@ float f16_to_f32(uint16_t h) {
   }
   if (e == 31) return float_of(sign | 0x7F800000u | (m << 13));
   return float_of(sign | (static_cast<uint32_t>(e - 15 + 127) << 23) | (m << 13));
-}
-
-float round_to(DType t, float x) {
-  switch (t) {
-    case DType::BF16: return bf16_to_f32(f32_to_bf16(x));
-    case DType::F16: return f16_to_f32(f32_to_f16(x));
-    default: return x;
-  }
 }
 
 uint16_t to_bits16(DType t, float x) { return t == DType::F16 ? f32_to_f16(x) : f32_to_bf16(x); }

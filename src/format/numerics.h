@@ -2,6 +2,7 @@
 // bf16/fp16 with IEEE round-to-nearest-even. Pure C++, no I/O, no CUDA. Every function here is exact.
 #pragma once
 #include <cstdint>
+#include <cstring>
 
 #include "common/dtype.h"
 
@@ -37,13 +38,29 @@ uint8_t e4m3_encode(float x);
 inline bool e4m3_is_nan(uint8_t code) { return (code & 0x7F) == 0x7F; }
 
 // ---- bf16 / fp16 (bit patterns in uint16_t) ---------------------------------------------------------
-uint16_t f32_to_bf16(float x);  // RNE; NaN stays NaN
-float bf16_to_f32(uint16_t b);
+// RNE; NaN stays NaN (quiet, sign kept). Inline: it sits in hot loops of the CPU executor.
+inline uint16_t f32_to_bf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+inline float bf16_to_f32(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
 uint16_t f32_to_f16(float x);   // RNE, overflow to inf, subnormals exact
 float f16_to_f32(uint16_t h);
 
 // T(x): round an f32 to the model dtype T and back (F32: identity). T must be F32, F16 or BF16.
-float round_to(DType t, float x);
+inline float round_to(DType t, float x) {
+  if (t == DType::BF16) return bf16_to_f32(f32_to_bf16(x));
+  if (t == DType::F16) return f16_to_f32(f32_to_f16(x));
+  return x;
+}
 // Bit pattern of T(x) for a 16-bit T (F16 or BF16), and back.
 uint16_t to_bits16(DType t, float x);
 float from_bits16(DType t, uint16_t b);
