@@ -45,13 +45,7 @@ __device__ __forceinline__ uint32_t e4m3_from_f32_pos(float x) {
   return r - (120u << 3);
 }
 
-// SPEC §1 E2M1 encoding of an f32 (the clamp to ±6 is implied: everything above 5 maps to 6).
-__device__ __forceinline__ uint32_t e2m1_from_f32(float y) {
-  const float a = fabsf(y);
-  uint32_t m = (a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) + (a >= 3.5f) + (a > 5.0f);
-  const uint32_t s = (signbit(y) && !(y != y)) ? 8u : 0u;
-  return m | s;
-}
+// E2M1 encoding: e2m1_encode_bits (dequant_bits.h, checked on the host for every f32).
 
 // ---- 16-bit activation types -----------------------------------------------------------------------
 template <typename T> struct Act;

@@ -9,24 +9,11 @@
 namespace nvfp4::cuda::detail {
 namespace {
 
-template <typename T, bool kSwizzled, bool kFragment>
-__global__ void __launch_bounds__(256) quantize_kernel(const T* __restrict__ x, int64_t m, int64_t k,
-                                                       float gs, float inv_gs, uint8_t* __restrict__ codes,
-                                                       uint8_t* __restrict__ scales, int64_t rows_p,
-                                                       int64_t cols_p) {
+// Quantizes one group of 16 values: returns the E4M3 scale byte and the two code words (linear nibble order,
+// or weight_layout.h's fragment order for the fused W4A4 path).
+template <typename T, bool kFragment>
+__device__ __forceinline__ uint32_t quantize_group(const uint4 (&raw)[2], float gs, float inv_gs, uint32_t (&w)[2]) {
   using A = Act<T>;
-  const int64_t groups = k / 16;
-  const int64_t gcols = kSwizzled ? cols_p : groups;       // groups per row covered by the grid
-  const int64_t rows = kSwizzled ? rows_p : m;
-  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= rows * gcols) return;
-  const int64_t r = idx / gcols, grp = idx % gcols;
-  if (r >= m || grp >= groups) {  // swizzled padding: written 0
-    if (kSwizzled) scales[swizzled_offset(r, grp, cols_p)] = 0;
-    return;
-  }
-  const uint4* src = reinterpret_cast<const uint4*>(x + r * k + grp * 16);
-  uint4 raw[2] = {src[0], src[1]};
   const typename A::T2* v2 = reinterpret_cast<const typename A::T2*>(raw);
   float v[16];
 #pragma unroll
@@ -41,19 +28,92 @@ __global__ void __launch_bounds__(256) quantize_kernel(const T* __restrict__ x, 
   const uint32_t s8 = e4m3_from_f32_pos(fminf(prod, 448.0f));
   const float s8f = e4m3_to_f32(s8);
   const float os = s8 == 0 ? 0.0f : __fdiv_rn(1.0f, __fmul_rn(s8f, inv_gs));
-  uint32_t w[2] = {0, 0};
+  w[0] = 0;
+  w[1] = 0;
 #pragma unroll
   for (int i = 0; i < 16; ++i) {
-    const uint32_t c = e2m1_from_f32(__fmul_rn(v[i], os));
-    if (kFragment) {
+    const uint32_t c = e2m1_encode_bits(__fmul_rn(v[i], os));
+    if (kFragment)
       w[activation_word(i)] |= c << (4 * activation_slot(i));
-    } else {
+    else
       w[i / 8] |= c << (4 * (i % 8));
-    }
   }
-  *reinterpret_cast<uint2*>(codes + r * (k / 2) + grp * 8) = make_uint2(w[0], w[1]);
-  if (kSwizzled) scales[swizzled_offset(r, grp, cols_p)] = static_cast<uint8_t>(s8);
-  else scales[r * groups + grp] = static_cast<uint8_t>(s8);
+  return s8;
+}
+
+// Linear scales (codes in linear or fragment order): each thread quantizes kG consecutive groups of the
+// flattened (m·k/16) group sequence (x, codes and scales are all contiguous in it), loading all 2·kG
+// 16-byte vectors before the arithmetic.
+template <typename T, bool kFragment, int kG>
+__global__ void __launch_bounds__(256) quantize_linear_kernel(const T* __restrict__ x, int64_t total, float gs,
+                                                              float inv_gs, uint8_t* __restrict__ codes,
+                                                              uint8_t* __restrict__ scales, bool wide) {
+  const int64_t g0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kG;
+  if (g0 >= total) return;
+  const uint4* src = reinterpret_cast<const uint4*>(x) + g0 * 2;
+  if (g0 + kG <= total && wide) {
+    uint4 raw[kG][2];
+#pragma unroll
+    for (int gi = 0; gi < kG; ++gi) {
+      raw[gi][0] = src[2 * gi];
+      raw[gi][1] = src[2 * gi + 1];
+    }
+    uint32_t w[kG][2], s8[kG];
+#pragma unroll
+    for (int gi = 0; gi < kG; ++gi) s8[gi] = quantize_group<T, kFragment>(raw[gi], gs, inv_gs, w[gi]);
+    static_assert(kG == 2, "wide stores assume two groups per thread");
+    *reinterpret_cast<uint4*>(codes + g0 * 8) = make_uint4(w[0][0], w[0][1], w[1][0], w[1][1]);
+    *reinterpret_cast<uint16_t*>(scales + g0) = static_cast<uint16_t>(s8[0] | (s8[1] << 8));
+    return;
+  }
+  for (int gi = 0; gi < kG && g0 + gi < total; ++gi) {  // tail, or unaligned outputs
+    const uint4 raw[2] = {src[2 * gi], src[2 * gi + 1]};
+    uint32_t w[2];
+    const uint32_t s8 = quantize_group<T, kFragment>(raw, gs, inv_gs, w);
+    *reinterpret_cast<uint2*>(codes + (g0 + gi) * 8) = make_uint2(w[0], w[1]);
+    scales[g0 + gi] = static_cast<uint8_t>(s8);
+  }
+}
+
+// Swizzled scales: one thread per (padded row, pair of padded group columns); cols_p is a multiple of 4.
+// Padding positions get scale 0.
+template <typename T>
+__global__ void __launch_bounds__(256) quantize_swizzled_kernel(const T* __restrict__ x, int64_t m, int64_t k,
+                                                                float gs, float inv_gs, uint8_t* __restrict__ codes,
+                                                                uint8_t* __restrict__ scales, int64_t rows_p,
+                                                                int64_t cols_p) {
+  const int64_t groups = k / 16;
+  const int64_t half = cols_p / 2;
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= rows_p * half) return;
+  int64_t r, c0;
+  if (rows_p * half < (1ll << 32)) {  // 32-bit division where it fits
+    const uint32_t i32 = static_cast<uint32_t>(idx), h32 = static_cast<uint32_t>(half);
+    r = i32 / h32;
+    c0 = 2 * (i32 - static_cast<uint32_t>(r) * h32);
+  } else {
+    r = idx / half;
+    c0 = 2 * (idx % half);
+  }
+  uint4 raw[2][2];
+  const bool in[2] = {r < m && c0 < groups, r < m && c0 + 1 < groups};
+  const uint4* src = reinterpret_cast<const uint4*>(x + r * k + c0 * 16);
+#pragma unroll
+  for (int gi = 0; gi < 2; ++gi)
+    if (in[gi]) {
+      raw[gi][0] = src[2 * gi];
+      raw[gi][1] = src[2 * gi + 1];
+    }
+#pragma unroll
+  for (int gi = 0; gi < 2; ++gi) {
+    uint32_t s8 = 0;
+    if (in[gi]) {
+      uint32_t w[2];
+      s8 = quantize_group<T, false>(raw[gi], gs, inv_gs, w);
+      *reinterpret_cast<uint2*>(codes + r * (k / 2) + (c0 + gi) * 8) = make_uint2(w[0], w[1]);
+    }
+    scales[swizzled_offset(r, c0 + gi, cols_p)] = static_cast<uint8_t>(s8);
+  }
 }
 
 template <typename T>
@@ -61,20 +121,21 @@ void launch_t(const void* x, int64_t m, int64_t k, float gs, uint8_t* codes, uin
               CodeOrder order, cudaStream_t stream) {
   const float inv_gs = 1.0f / gs;
   const int64_t groups = k / 16;
-  const bool sw = layout == ScaleLayout::Swizzled128x4;
-  const int64_t rows_p = sw ? swizzled_rows(m) : m, cols_p = sw ? swizzled_cols(groups) : groups;
-  const int64_t total = rows_p * cols_p;
   const int threads = 256;
-  const unsigned blocks = static_cast<unsigned>(ceil_div(total, threads));
   const T* xt = static_cast<const T*>(x);
-  if (order == CodeOrder::Fragment) {
-    quantize_kernel<T, false, true><<<blocks, threads, 0, stream>>>(xt, m, k, gs, inv_gs, codes, scales, m, groups);
-  } else if (sw) {
-    quantize_kernel<T, true, false><<<blocks, threads, 0, stream>>>(xt, m, k, gs, inv_gs, codes, scales, rows_p,
-                                                                    cols_p);
+  if (layout == ScaleLayout::Swizzled128x4 && order == CodeOrder::Linear) {
+    const int64_t rows_p = swizzled_rows(m), cols_p = swizzled_cols(groups);
+    const unsigned blocks = static_cast<unsigned>(ceil_div(rows_p * (cols_p / 2), threads));
+    quantize_swizzled_kernel<T><<<blocks, threads, 0, stream>>>(xt, m, k, gs, inv_gs, codes, scales, rows_p, cols_p);
   } else {
-    quantize_kernel<T, false, false><<<blocks, threads, 0, stream>>>(xt, m, k, gs, inv_gs, codes, scales, m,
-                                                                     groups);
+    constexpr int kG = 2;
+    const int64_t total = m * groups;
+    const bool wide = reinterpret_cast<uintptr_t>(codes) % 16 == 0 && reinterpret_cast<uintptr_t>(scales) % 2 == 0;
+    const unsigned blocks = static_cast<unsigned>(ceil_div(ceil_div(total, kG), threads));
+    if (order == CodeOrder::Fragment)
+      quantize_linear_kernel<T, true, kG><<<blocks, threads, 0, stream>>>(xt, total, gs, inv_gs, codes, scales, wide);
+    else
+      quantize_linear_kernel<T, false, kG><<<blocks, threads, 0, stream>>>(xt, total, gs, inv_gs, codes, scales, wide);
   }
   NVFP4_CUDA_CHECK(cudaGetLastError());
 }
@@ -89,7 +150,7 @@ bool has_kernel_image(int device) {
   }
   cudaFuncAttributes attr{};
   const cudaError_t e = cudaFuncGetAttributes(
-      &attr, reinterpret_cast<const void*>(&quantize_kernel<__nv_bfloat16, false, false>));
+      &attr, reinterpret_cast<const void*>(&quantize_linear_kernel<__nv_bfloat16, false, 2>));
   cudaSetDevice(prev);
   cudaGetLastError();
   return e == cudaSuccess;

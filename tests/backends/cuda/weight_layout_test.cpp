@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "backends/cuda/dequant_bits.h"
@@ -120,6 +121,32 @@ TEST(CudaDequantBits, WordShiftsReachEveryFragmentSlot) {
       EXPECT_EQ(from_bits16(DType::BF16, static_cast<uint16_t>(w >> 16)),
                 std::ldexp(e2m1_decode(static_cast<uint8_t>(code ^ 7)), kBf16NibbleExp));
     }
+}
+
+// The quantizer's integer E2M1 encoder against SPEC §1's comparison form: every f32 whose magnitude lies in
+// [2^-3, 2^3) (all interval ends and ties), a stride through all other bit patterns, and the specials.
+uint32_t e2m1_by_comparisons(float y) {
+  const float a = std::fabs(y);
+  const uint32_t m = (a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) + (a >= 3.5f) + (a > 5.0f);
+  return m | ((std::signbit(y) && !std::isnan(y)) ? 8u : 0u);
+}
+
+TEST(CudaDequantBits, E2M1EncoderMatchesComparisons) {
+  int64_t bad = 0, n = 0;
+  auto check = [&](uint32_t u) {
+    float y;
+    std::memcpy(&y, &u, 4);
+    ++n;
+    if (e2m1_encode_bits(y) != e2m1_by_comparisons(y) && bad++ < 5)
+      ADD_FAILURE() << "bits 0x" << std::hex << u << ": " << e2m1_encode_bits(y) << " vs " << e2m1_by_comparisons(y);
+  };
+  for (uint32_t sign : {0u, 0x80000000u}) {
+    for (uint32_t u = 0x3E000000u; u < 0x41000000u; ++u) check(sign | u);
+    for (uint64_t u = 0; u <= 0x7FFFFFFFu; u += 9973) check(sign | static_cast<uint32_t>(u));
+    for (uint32_t u : {0u, 1u, 0x007FFFFFu, 0x00800000u, 0x7F7FFFFFu, 0x7F800000u, 0x7F800001u, 0x7FC00000u, 0x7FFFFFFFu})
+      check(sign | u);
+  }
+  EXPECT_EQ(bad, 0) << "of " << n;
 }
 
 }  // namespace
