@@ -2,7 +2,9 @@
 // Method (PERF.md): every call's output is first checked (subsample) against the CPU f64 reference within the
 // derived bound, on a NaN-poisoned buffer; then CUDA graphs of R calls over R weight copies (R·bytes >
 // 240 MB, so weights come from HBM, not L2), 3 warm-up replays, median of 50 timed replays.
-// Usage: bench_gemm [--quick] [--shapes i,j,...] [--m 1,16,...] [--reps 50]
+// Usage: bench_gemm [--quick] [--shapes i,j,...] [--m 1,16,...] [--xover 64,...|none] [--reps 50]
+//                   [--kernels 0,1,2] (fused kernel variants for M <= 16, set_fused_kernel's numbering; one
+//                   row each; default: the executor's default) [--no-quant]
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -147,6 +149,7 @@ double check_output(const LinearWeights& w, Semantics sem, const __nv_bfloat16* 
 
 std::vector<int64_t> parse_list(const char* s) {
   std::vector<int64_t> v;
+  if (!std::strcmp(s, "none")) return v;
   while (*s) {
     v.push_back(std::strtoll(s, const_cast<char**>(&s), 10));
     if (*s == ',') ++s;
@@ -160,6 +163,8 @@ int main(int argc, char** argv) {
   std::vector<int64_t> shape_ids = {0, 1, 2, 3, 4, 5, 6};
   std::vector<int64_t> ms = {1, 16, 128, 1024, 4096};
   std::vector<int64_t> xover = {48, 64, 96, 128, 192};
+  std::vector<int64_t> kernels = {-1};
+  bool quant = true;
   int reps = 50;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) {
@@ -172,10 +177,15 @@ int main(int argc, char** argv) {
       ms = parse_list(argv[++i]);
     } else if (!std::strcmp(argv[i], "--xover") && i + 1 < argc) {
       xover = parse_list(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--kernels") && i + 1 < argc) {
+      kernels = parse_list(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--no-quant")) {
+      quant = false;
     } else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
       reps = std::atoi(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: bench_gemm [--quick] [--shapes 0,1,..] [--m 1,16,..] [--xover 32,..] [--reps N]\n");
+      std::fprintf(stderr, "usage: bench_gemm [--quick] [--shapes 0,1,..] [--m 1,16,..] [--xover 32,..|none] [--kernels 0,1,2] "
+                           "[--no-quant] [--reps N]\n");
       return 2;
     }
   }
@@ -200,7 +210,7 @@ int main(int argc, char** argv) {
               prop.multiProcessorCount);
 
   // ---- activation quantizer, 8192 x 8192 bf16 ----
-  {
+  if (quant) {
     const int64_t qm = 8192, qk = 8192;
     __nv_bfloat16* qx;
     uint8_t *qc, *qs;
@@ -222,6 +232,7 @@ int main(int argc, char** argv) {
   }
   std::printf("\n| N×K | M | semantics | µs | weight TB/s | TFLOP/s | cuBLAS bf16 µs | vs cuBLAS | vs Marlin | path | check |\n");
   std::printf("|---|---:|---|---:|---:|---:|---:|---:|---:|---|---|\n");
+  // "path": fused (default kernel), fused-kN (variant N of set_fused_kernel) or cublas.
   std::vector<std::string> xover_rows;
   bool all_ok = true;
 
@@ -247,7 +258,9 @@ int main(int argc, char** argv) {
     std::vector<std::vector<std::unique_ptr<cuda::CudaLinear>>> lin(3);
     for (int si2 = 0; si2 < 3; ++si2)
       for (int r = 0; r < R; ++r) lin[si2].push_back(cuda::create_prepared(w, f, sems[si2], DType::BF16, 0));
-    const int64_t mmax = std::max(*std::max_element(ms.begin(), ms.end()), *std::max_element(xover.begin(), xover.end()));
+    int64_t mmax = 1;
+    for (int64_t v : ms) mmax = std::max(mmax, v);
+    for (int64_t v : xover) mmax = std::max(mmax, v);
     __nv_bfloat16 *dx, *dy;
     CK(cudaMalloc(&dx, mmax * k * 2));
     CK(cudaMalloc(&dy, mmax * n * 2));
@@ -284,9 +297,18 @@ int main(int argc, char** argv) {
       double marlin = 0;
       for (int i = 0; i < 5; ++i)
         if (kMarlinM[i] == m) marlin = sh.marlin_us[i];
-      for (int sidx = 0; sidx < 3; ++sidx) {
+      for (int sidx = 0; sidx < 3; ++sidx)
+        for (int64_t kv : kernels) {
+        const bool fused_path = m <= cuda::default_fused_max_m(sems[sidx], n, k);
+        if (kv >= 0 && (!fused_path || m > 16) && kv != kernels.front()) continue;  // variants only for M <= 16
+        for (auto& l : lin[sidx]) cuda::set_fused_kernel(*l, static_cast<int>(kv));
         double chk = 0;
         const double us = ours(sidx, m, &chk);
+        for (auto& l : lin[sidx]) cuda::set_fused_kernel(*l, -1);
+        char path[32];
+        if (!fused_path) std::snprintf(path, sizeof path, "cublas");
+        else if (kv < 0 || m > 16) std::snprintf(path, sizeof path, "fused");
+        else std::snprintf(path, sizeof path, "fused-k%lld", static_cast<long long>(kv));
         const bool ok = chk <= 1.0;
         all_ok = all_ok && ok;
         char mar[32] = "-";
@@ -294,7 +316,7 @@ int main(int argc, char** argv) {
         std::printf("| %lld×%lld | %lld | %s | %.1f | %.2f | %.1f | %.1f | %.2fx | %s | %s | %s (%.2f) |\n",
                     static_cast<long long>(n), static_cast<long long>(k), static_cast<long long>(m),
                     semantics_name(sems[sidx]), us, wbytes / us / 1e6, 2.0 * m * n * k / us / 1e6, cub, cub / us,
-                    mar, m > cuda::default_fused_max_m(sems[sidx], n, k) ? "cublas" : "fused", ok ? "ok" : "FAIL",
+                    mar, path, ok ? "ok" : "FAIL",
                     chk);
         std::fflush(stdout);
       }
