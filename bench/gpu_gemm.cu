@@ -3,8 +3,8 @@
 // derived bound, on a NaN-poisoned buffer; then CUDA graphs of R calls over R weight copies (R·bytes >
 // 240 MB, so weights come from HBM, not L2), 3 warm-up replays, median of 50 timed replays.
 // Usage: bench_gemm [--quick] [--shapes i,j,...] [--m 1,16,...] [--xover 64,...|none] [--reps 50]
-//                   [--kernels 0,1,2] (fused kernel variants for M <= 16, set_fused_kernel's numbering; one
-//                   row each; default: the executor's default) [--no-quant]
+//                   [--grid-rules 0,1] (fused-kernel grid rules, set_fused_grid_rule's numbering; one row
+//                   each for M <= 16; default: the executor's default) [--no-quant]
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -163,7 +163,7 @@ int main(int argc, char** argv) {
   std::vector<int64_t> shape_ids = {0, 1, 2, 3, 4, 5, 6};
   std::vector<int64_t> ms = {1, 16, 128, 1024, 4096};
   std::vector<int64_t> xover = {48, 64, 96, 128, 192};
-  std::vector<int64_t> kernels = {-1};
+  std::vector<int64_t> rules = {-1};
   bool quant = true;
   int reps = 50;
   for (int i = 1; i < argc; ++i) {
@@ -177,14 +177,14 @@ int main(int argc, char** argv) {
       ms = parse_list(argv[++i]);
     } else if (!std::strcmp(argv[i], "--xover") && i + 1 < argc) {
       xover = parse_list(argv[++i]);
-    } else if (!std::strcmp(argv[i], "--kernels") && i + 1 < argc) {
-      kernels = parse_list(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--grid-rules") && i + 1 < argc) {
+      rules = parse_list(argv[++i]);
     } else if (!std::strcmp(argv[i], "--no-quant")) {
       quant = false;
     } else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
       reps = std::atoi(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: bench_gemm [--quick] [--shapes 0,1,..] [--m 1,16,..] [--xover 32,..|none] [--kernels 0,1,2] "
+      std::fprintf(stderr, "usage: bench_gemm [--quick] [--shapes 0,1,..] [--m 1,16,..] [--xover 32,..|none] [--grid-rules 0,1] "
                            "[--no-quant] [--reps N]\n");
       return 2;
     }
@@ -232,7 +232,7 @@ int main(int argc, char** argv) {
   }
   std::printf("\n| N×K | M | semantics | µs | weight TB/s | TFLOP/s | cuBLAS bf16 µs | vs cuBLAS | vs Marlin | path | check |\n");
   std::printf("|---|---:|---|---:|---:|---:|---:|---:|---:|---|---|\n");
-  // "path": fused (default kernel), fused-kN (variant N of set_fused_kernel) or cublas.
+  // "path": fused (default grid rule), fused-gN (grid rule N of set_fused_grid_rule) or cublas.
   std::vector<std::string> xover_rows;
   bool all_ok = true;
 
@@ -298,28 +298,32 @@ int main(int argc, char** argv) {
       for (int i = 0; i < 5; ++i)
         if (kMarlinM[i] == m) marlin = sh.marlin_us[i];
       for (int sidx = 0; sidx < 3; ++sidx)
-        for (int64_t kv : kernels) {
-        const bool fused_path = m <= cuda::default_fused_max_m(sems[sidx], n, k);
-        if (kv >= 0 && (!fused_path || m > 16) && kv != kernels.front()) continue;  // variants only for M <= 16
-        for (auto& l : lin[sidx]) cuda::set_fused_kernel(*l, static_cast<int>(kv));
-        double chk = 0;
-        const double us = ours(sidx, m, &chk);
-        for (auto& l : lin[sidx]) cuda::set_fused_kernel(*l, -1);
-        char path[32];
-        if (!fused_path) std::snprintf(path, sizeof path, "cublas");
-        else if (kv < 0 || m > 16) std::snprintf(path, sizeof path, "fused");
-        else std::snprintf(path, sizeof path, "fused-k%lld", static_cast<long long>(kv));
-        const bool ok = chk <= 1.0;
-        all_ok = all_ok && ok;
-        char mar[32] = "-";
-        if (marlin > 0) std::snprintf(mar, sizeof mar, "%.2fx", marlin / us);
-        std::printf("| %lld×%lld | %lld | %s | %.1f | %.2f | %.1f | %.1f | %.2fx | %s | %s | %s (%.2f) |\n",
-                    static_cast<long long>(n), static_cast<long long>(k), static_cast<long long>(m),
-                    semantics_name(sems[sidx]), us, wbytes / us / 1e6, 2.0 * m * n * k / us / 1e6, cub, cub / us,
-                    mar, path, ok ? "ok" : "FAIL",
-                    chk);
-        std::fflush(stdout);
-      }
+        for (int64_t rule : rules) {
+          // One row per grid rule on the fused path at M <= 16; one row otherwise.
+          const bool fused_path = m <= cuda::default_fused_max_m(sems[sidx], n, k);
+          const bool per_rule = rule >= 0 && fused_path && m <= 16;
+          if (!per_rule && rule != rules.front()) continue;
+          for (auto& l : lin[sidx]) cuda::set_fused_grid_rule(*l, per_rule ? static_cast<int>(rule) : -1);
+          double chk = 0;
+          const double us = ours(sidx, m, &chk);
+          for (auto& l : lin[sidx]) cuda::set_fused_grid_rule(*l, -1);
+          char path[32];
+          if (!fused_path)
+            std::snprintf(path, sizeof path, "cublas");
+          else if (!per_rule)
+            std::snprintf(path, sizeof path, "fused");
+          else
+            std::snprintf(path, sizeof path, "fused-g%lld", static_cast<long long>(rule));
+          const bool ok = chk <= 1.0;
+          all_ok = all_ok && ok;
+          char mar[32] = "-";
+          if (marlin > 0) std::snprintf(mar, sizeof mar, "%.2fx", marlin / us);
+          std::printf("| %lld×%lld | %lld | %s | %.1f | %.2f | %.1f | %.1f | %.2fx | %s | %s | %s (%.2f) |\n",
+                      static_cast<long long>(n), static_cast<long long>(k), static_cast<long long>(m),
+                      semantics_name(sems[sidx]), us, wbytes / us / 1e6, 2.0 * m * n * k / us / 1e6, cub,
+                      cub / us, mar, path, ok ? "ok" : "FAIL", chk);
+          std::fflush(stdout);
+        }
     }
     // Crossover scan (w4a16 and w4a4): fused kernel vs dequantize + cuBLAS.
     for (int64_t m : xover)

@@ -58,8 +58,8 @@ bool kernels_available(int device, std::string* why) {
 namespace {
 
 constexpr int64_t kWeightChunkBytes = 64ll << 20;  // bound of the dequantized weight tile workspace
-// Fused kernel for M <= 16 (set_fused_kernel's numbering; docs/PERF.md has the measurements).
-constexpr int kDefaultFusedKernel = 0;
+// Grid rule of the fused kernel (set_fused_grid_rule's numbering; docs/PERF.md has the measurements).
+constexpr int kDefaultGridRule = 1;
 
 
 template <typename P>
@@ -183,10 +183,6 @@ class CudaLinearImpl final : public CudaLinear {
     chunk_rows_ = static_cast<int>(std::min<int64_t>(rows, n16_ * 16));
     fused_max_m_ = default_fused_max_m(s, n_, k_);
     check_cuda(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-    int smem_optin = 0;
-    check_cuda(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
-               "cudaDeviceGetAttribute");
-    pipelined_ok_ = smem_optin >= detail::kPipelinedSmemBytes;
     keep_pool_memory(device);
   }
   void set_tile_rows(int rows) {
@@ -194,7 +190,7 @@ class CudaLinearImpl final : public CudaLinear {
                                                 " must be a positive multiple of 16");
     chunk_rows_ = static_cast<int>(std::min<int64_t>(rows, n16_ * 16));
   }
-  void set_fused_kernel(int v) { kernel_variant_ = v; }
+  void set_grid_rule(int r) { grid_rule_ = r; }
   void set_fused_max_m(int64_t m) { fused_max_m_ = m < 0 ? default_fused_max_m(sem_, n_, k_) : m; }
   ~CudaLinearImpl() override {
     if (blas_) cublasDestroy(blas_);
@@ -266,36 +262,25 @@ class CudaLinearImpl final : public CudaLinear {
   void fused(detail::GemmParams& p, detail::Mode mode, cudaStream_t stream) const {
     const int nt = p.m <= 8 ? 1 : p.m <= 16 ? 2 : 4;
     const int64_t mblocks = ceil_div(p.m, 8 * nt);
-    const int variant = kernel_variant_ < 0 ? kDefaultFusedKernel : kernel_variant_;
-    p.pipelined = variant > 0 && pipelined_ok_ && nt <= 2 && k_ % 64 == 0;
-    if (p.pipelined && variant == 2) {
-      // Both kernels run 2 blocks per SM. Choose tiles per warp (nw) and K split (wk) for the fewest idle
-      // block slots in the last wave; ties go to more tiles per warp (activation reuse), then fewer splits.
-      const int64_t slots = 2 * static_cast<int64_t>(sms_);
-      double best = -1.0;
-      int best_nw = 4;
-      for (int nw : {4, 2, 1})
-        for (int wk : {1, 2, 4, 8}) {
-          if (wk > 1 && kc_ / wk < 2) continue;
-          const int64_t blocks = mblocks * ceil_div(ceil_div(n16_, nw), 8 / wk);
-          const double eff = static_cast<double>(blocks) / static_cast<double>(ceil_div(blocks, slots) * slots);
-          if (eff > best + 0.02) {
-            best = eff;
-            p.wk = wk;
-            best_nw = nw;
-          }
-        }
-      return detail::launch_fused_gemm(p, act_, mode, nt, best_nw, stream);
-    }
-    // Weight tiles per warp (they share the activation fragments): as many as keep >= 2 blocks per SM.
+    const int64_t slots = 2 * static_cast<int64_t>(sms_);  // 2 blocks of 8 warps per SM (registers)
+    int max_wk = 8;
+    while (max_wk > 1 && kc_ / max_wk < 2) max_wk /= 2;
+    // Weight tiles per warp (they share the activation fragments, which are 2x the weight bytes per tile
+    // at nt = 1): rule 1 (M <= 16) keeps as many as still fill >= 90% of one wave of blocks with the
+    // largest K split; rule 0 (the earlier one, and M > 16) halves them until >= 2 blocks per SM before
+    // any K split.
+    const int rule = grid_rule_ < 0 ? kDefaultGridRule : grid_rule_;
     int nw = nt == 4 ? 2 : 4;
-    while (nw > 1 && mblocks * ceil_div(n16_, nw) < 2 * sms_) nw /= 2;
+    if (rule == 1 && nt <= 2) {
+      while (nw > 1 && 10 * mblocks * ceil_div(ceil_div(n16_, nw), 8 / max_wk) < 9 * slots) nw /= 2;
+    } else {
+      while (nw > 1 && mblocks * ceil_div(n16_, nw) < slots) nw /= 2;
+    }
     // K split inside a block: the warps of a block that share a K range also share the activations in
     // L1, so split K only as much as needed for >= 2 blocks per SM, and keep >= 2 chunks per warp.
     const int64_t groups = ceil_div(n16_, nw);
     int wk = 1;
-    while (wk < 8 && mblocks * ceil_div(groups, 8 / wk) < 2 * sms_) wk *= 2;
-    while (wk > 1 && kc_ / wk < 2) wk /= 2;
+    while (wk < max_wk && mblocks * ceil_div(groups, 8 / wk) < slots) wk *= 2;
     p.wk = wk;
     detail::launch_fused_gemm(p, act_, mode, nt, nw, stream);
   }
@@ -340,8 +325,7 @@ class CudaLinearImpl final : public CudaLinear {
   cublasHandle_t blas_ = nullptr;
 
   int sms_ = 132;
-  int kernel_variant_ = -1;
-  bool pipelined_ok_ = false;
+  int grid_rule_ = -1;
   mutable std::mutex mu_;
 };
 
@@ -360,7 +344,7 @@ void set_fused_max_m(CudaLinear& l, int64_t fused_max_m) {
   dynamic_cast<CudaLinearImpl&>(l).set_fused_max_m(fused_max_m);
 }
 
-void set_fused_kernel(CudaLinear& l, int variant) { dynamic_cast<CudaLinearImpl&>(l).set_fused_kernel(variant); }
+void set_fused_grid_rule(CudaLinear& l, int rule) { dynamic_cast<CudaLinearImpl&>(l).set_grid_rule(rule); }
 
 void set_weight_tile_rows(CudaLinear& l, int rows) { dynamic_cast<CudaLinearImpl&>(l).set_tile_rows(rows); }
 

@@ -19,10 +19,10 @@ void set_fused_max_m(CudaLinear& l, int64_t fused_max_m);
 // Rows per dequantized weight tile of the large-M path (a multiple of 16; default: 64 MB per tile).
 void set_weight_tile_rows(CudaLinear& l, int rows);
 
-// Fused kernel choice for M <= 16: -1 default, 0 register-staged loads, 1 cp.async ring with the same grid,
-// 2 cp.async ring with the grid chosen for whole waves (docs/PERF.md). The ring needs K % 64 == 0; other
-// layers always use the register-staged kernel.
-void set_fused_kernel(CudaLinear& l, int variant);
+// Grid rule of the fused kernel (weight tiles per warp, K split): -1 default, 0 the earlier rule (tiles per
+// warp halved until >= 2 blocks per SM), 1 (M <= 16) tiles per warp kept while the largest K split fills >= 90%
+// of one wave (docs/PERF.md).
+void set_fused_grid_rule(CudaLinear& l, int rule);
 
 // Default crossover (largest M on the fused kernel) for a layer of this shape and semantics.
 int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k);

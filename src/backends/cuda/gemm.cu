@@ -7,7 +7,6 @@
 //     output factor, which is exact because it is a power of two.
 //   vLLM flavour: T( e2m1 · f32(scale) ) computed in f32 and rounded to T, per element.
 #include <algorithm>
-#include <atomic>
 
 #include "backends/cuda/cuda_util.cuh"
 #include "backends/cuda/gemm.cuh"
@@ -64,123 +63,13 @@ __device__ __forceinline__ uint32_t deq_pair(uint32_t q, uint32_t scale2, float 
   return as_u32(A::pack(__fmul_rn(A::to_f32(v, 0), scale_f), __fmul_rn(A::to_f32(v, 1), scale_f)));
 }
 
-// One 64-K chunk of kNW weight tiles against kNT token tiles: wv/sv the lane's weight words and scale pairs,
-// xv the lane's activations (W4A16: two uint4 of 8 T pairs; W4A4: .x/.y fragment-order codes, .z scale byte).
-template <typename T, int kMode, int kNT, int kNW>
-__device__ __forceinline__ void chunk_math(float (&acc)[kNW][kNT][4], const uint4 (&wv)[kNW],
-                                           const uint32_t (&sv)[kNW],
-                                           const uint4 (&xv)[kNT][kMode != static_cast<int>(Mode::W4A16) ? 1 : 2],
-                                           const GemmParams& p) {
-  constexpr bool kVllm = kMode == static_cast<int>(Mode::W4A4_VLLM);
-  constexpr bool kActQ = kMode != static_cast<int>(Mode::W4A16);
-  // activation scales (W4A4 flavours)
-  uint32_t xs2[kNT];
-  float xsf[kNT];
-#pragma unroll
-  for (int j = 0; j < kNT; ++j) {
-    xs2[j] = 0;
-    xsf[j] = 0.f;
-    if (kActQ) {
-      const uint32_t s8 = xv[j][0].z;
-      if (kVllm)
-        xsf[j] = __fdiv_rn(e4m3_to_f32(s8), p.x_gs);
-      else
-        xs2[j] = exact_scale2<T>(s8);
-    }
-  }
-  // weight scales of rows g and g+8 of each tile
-  uint32_t ws2[kNW][2];
-  float wsf[kNW][2];
-#pragma unroll
-  for (int i = 0; i < kNW; ++i)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const uint32_t s8 = (sv[i] >> (8 * h)) & 0xFF;
-      ws2[i][h] = 0;
-      wsf[i][h] = 0.f;
-      if (kVllm)
-        wsf[i][h] = __fmul_rn(e4m3_to_f32(s8), p.w_dec);
-      else
-        ws2[i][h] = exact_scale2<T>(s8);
-    }
-#pragma unroll
-  for (int s = 0; s < 4; ++s) {
-    uint32_t b[kNT][2];
-#pragma unroll
-    for (int j = 0; j < kNT; ++j) {
-      if (!kActQ) {
-        const uint4& lo = xv[j][0];
-        const uint4& hi = xv[j][kActQ ? 0 : 1];
-        const uint32_t w8[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-        b[j][0] = w8[2 * s];
-        b[j][1] = w8[2 * s + 1];
-      } else {
-        const uint32_t word = (s < 2) ? xv[j][0].x : xv[j][0].y;
-        const int p0 = 2 * (s % 2);
-        b[j][0] = deq_pair<T, kVllm>(word << (4 * p0), xs2[j], xsf[j]);
-        b[j][1] = deq_pair<T, kVllm>(word << (4 * (p0 + 1)), xs2[j], xsf[j]);
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < kNW; ++i) {
-      const uint32_t q = s == 0 ? wv[i].x : s == 1 ? wv[i].y : s == 2 ? wv[i].z : wv[i].w;
-      uint32_t a[4];
-#pragma unroll
-      for (int pp = 0; pp < 4; ++pp) a[pp] = deq_pair<T, kVllm>(q << (4 * pp), ws2[i][pp & 1], wsf[i][pp & 1]);
-#pragma unroll
-      for (int j = 0; j < kNT; ++j) mma16816<T>(acc[i][j], a, b[j][0], b[j][1]);
-    }
-  }
-}
-
-// Adds the wk K-split partial sums of a tile group in a fixed order (deterministic) through red
-// (8 warps x kNW·kNT·4 x 32 floats of shared memory), then warp kk == 0 writes y = T(T(acc·out_scale) + bias).
-template <typename T, int kNT, int kNW>
-__device__ __forceinline__ void finish(float (&acc)[kNW][kNT][4], float* red, const GemmParams& p, int warp,
-                                       int lane, int wk, int kk, int tile0, int64_t m0, bool active) {
-  using A = Act<T>;
-  const int g = lane >> 2, t = lane & 3;
-  constexpr int kV = kNW * kNT * 4;
-  if (wk > 1) {
-#pragma unroll
-    for (int i = 0; i < kNW; ++i)
-#pragma unroll
-      for (int j = 0; j < kNT; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) red[(warp * kV + (i * kNT + j) * 4 + e) * 32 + lane] = acc[i][j][e];
-    __syncthreads();
-    if (kk == 0) {
-      for (int w = 1; w < wk; ++w)
-#pragma unroll
-        for (int i = 0; i < kNW; ++i)
-#pragma unroll
-          for (int j = 0; j < kNT; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[i][j][e] += red[((warp + w) * kV + (i * kNT + j) * 4 + e) * 32 + lane];
-    }
-  }
-  if (kk != 0 || !active) return;
-  T* y = static_cast<T*>(p.y);
-#pragma unroll
-  for (int i = 0; i < kNW; ++i)
-#pragma unroll
-    for (int j = 0; j < kNT; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int n = (tile0 + i) * 16 + g + 8 * (e >> 1);
-        const int64_t tok = m0 + 8 * j + 2 * t + (e & 1);
-        if (tile0 + i >= p.n16 || n >= p.n || tok >= p.m) continue;
-        T out = A::one(__fmul_rn(acc[i][j][e], p.out_scale));
-        if (p.bias) out = A::one(__fadd_rn(A::back(out), p.bias[n]));
-        y[tok * p.n + n] = out;
-      }
-}
-
 // Block: 8 warps; warp w handles kNW consecutive 16-row weight tiles (sharing the activation fragments) and
 // one of p.wk K ranges; the wk partial sums of a tile group are added in a fixed order (deterministic).
 // Grid: x = token tiles of 8·kNT (fastest, so blocks reading the same weights run together), y = tile groups.
 template <typename T, int kMode, int kNT, int kNW>
 __global__ void __launch_bounds__(256, 2) fused_gemm_kernel(const GemmParams p) {
+  using A = Act<T>;
+  constexpr bool kVllm = kMode == static_cast<int>(Mode::W4A4_VLLM);
   constexpr bool kActQ = kMode != static_cast<int>(Mode::W4A16);
   constexpr int kU = kNW * kNT <= 2 ? 2 : 1;  // chunks per register stage (two stages in flight)
   __shared__ float red[8][kNW * kNT * 4][32];
@@ -251,10 +140,70 @@ __global__ void __launch_bounds__(256, 2) fused_gemm_kernel(const GemmParams p) 
       }
     };
     auto compute = [&](Stage& st, int c) {
+      auto& wv = st.wv;
+      auto& sv = st.sv;
+      auto& xv = st.xv;
 #pragma unroll
       for (int u = 0; u < kU; ++u) {
         if (c + u >= c1) break;
-        chunk_math<T, kMode, kNT, kNW>(acc, st.wv[u], st.sv[u], st.xv[u], p);
+        // activation scales (W4A4 flavours)
+        uint32_t xs2[kNT];
+        float xsf[kNT];
+#pragma unroll
+        for (int j = 0; j < kNT; ++j) {
+          xs2[j] = 0;
+          xsf[j] = 0.f;
+          if (kActQ) {
+            const uint32_t s8 = xv[u][j][0].z;
+            if (kVllm)
+              xsf[j] = __fdiv_rn(e4m3_to_f32(s8), p.x_gs);
+            else
+              xs2[j] = exact_scale2<T>(s8);
+          }
+        }
+        // weight scales of rows g and g+8 of each tile
+        uint32_t ws2[kNW][2];
+        float wsf[kNW][2];
+#pragma unroll
+        for (int i = 0; i < kNW; ++i)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const uint32_t s8 = (sv[u][i] >> (8 * h)) & 0xFF;
+            ws2[i][h] = 0;
+            wsf[i][h] = 0.f;
+            if (kVllm)
+              wsf[i][h] = __fmul_rn(e4m3_to_f32(s8), p.w_dec);
+            else
+              ws2[i][h] = exact_scale2<T>(s8);
+          }
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {
+          uint32_t b[kNT][2];
+#pragma unroll
+          for (int j = 0; j < kNT; ++j) {
+            if (!kActQ) {
+              const uint4& lo = xv[u][j][0];
+              const uint4& hi = xv[u][j][kActQ ? 0 : 1];
+              const uint32_t w8[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+              b[j][0] = w8[2 * s];
+              b[j][1] = w8[2 * s + 1];
+            } else {
+              const uint32_t word = (s < 2) ? xv[u][j][0].x : xv[u][j][0].y;
+              const int p0 = 2 * (s % 2);
+              b[j][0] = deq_pair<T, kVllm>(word << (4 * p0), xs2[j], xsf[j]);
+              b[j][1] = deq_pair<T, kVllm>(word << (4 * (p0 + 1)), xs2[j], xsf[j]);
+            }
+          }
+#pragma unroll
+          for (int i = 0; i < kNW; ++i) {
+            const uint32_t q = s == 0 ? wv[u][i].x : s == 1 ? wv[u][i].y : s == 2 ? wv[u][i].z : wv[u][i].w;
+            uint32_t a[4];
+#pragma unroll
+            for (int pp = 0; pp < 4; ++pp) a[pp] = deq_pair<T, kVllm>(q << (4 * pp), ws2[i][pp & 1], wsf[i][pp & 1]);
+#pragma unroll
+            for (int j = 0; j < kNT; ++j) mma16816<T>(acc[i][j], a, b[j][0], b[j][1]);
+          }
+        }
       }
     };
     Stage a, b;
@@ -267,145 +216,39 @@ __global__ void __launch_bounds__(256, 2) fused_gemm_kernel(const GemmParams p) 
     }
   }
 
-  finish<T, kNT, kNW>(acc, &red[0][0][0], p, warp, lane, wk, kk, tile0, m0, active);
-}
-
-
-// ---- pipelined variant (K % 64 == 0, at most 16 tokens per block) ----------------------------------------
-// Same work split and arithmetic as fused_gemm_kernel, but the weight codes and scales go through a kD-stage
-// cp.async ring in shared memory (each lane copies and later reads only its own 16-byte slots, so no
-// barrier is needed), which keeps kD - 1 chunks of every warp in flight without holding them in registers.
-// Activations (small, L1/L2-resident) are loaded into registers one chunk ahead.
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
-  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int kN>
-__device__ __forceinline__ void cp_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kN) : "memory");
-}
-
-// Ring depth per weight tiles per warp: about 16 weight chunks (8 KB) in flight per warp, <= 100 KB per block.
-template <int kNW> constexpr int pipe_depth() { return kNW == 1 ? 12 : kNW == 2 ? 8 : 5; }
-template <int kNW> constexpr size_t pipe_smem_bytes() {
-  return static_cast<size_t>(8) * pipe_depth<kNW>() * (kNW + 1) * 32 * 16;
-}
-
-template <typename T, int kMode, int kNT, int kNW>
-__global__ void __launch_bounds__(256, 2) fused_gemm_pipe_kernel(const GemmParams p) {
-  constexpr bool kActQ = kMode != static_cast<int>(Mode::W4A16);
-  constexpr int kD = pipe_depth<kNW>();
-  constexpr int kI = kNW + 1;  // 16-byte items per lane and stage: kNW weight words, one of scale pairs
-  extern __shared__ uint4 smem[];
-  static_assert(static_cast<size_t>(8) * kNW * kNT * 4 * 32 * 4 <= pipe_smem_bytes<kNW>(), "red fits the ring");
-
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int wk = p.wk, wn = warp / wk, kk = warp % wk;
-  const int tile0 = (blockIdx.y * (8 / wk) + wn) * kNW;
-  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * 8 * kNT;
-  const bool active = tile0 < p.n16;
-
-  float acc[kNW][kNT][4];
+  if (wk > 1) {
+#pragma unroll
+    for (int i = 0; i < kNW; ++i)
+#pragma unroll
+      for (int j = 0; j < kNT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) red[warp][(i * kNT + j) * 4 + e][lane] = acc[i][j][e];
+    __syncthreads();
+    if (kk == 0) {
+      for (int w = 1; w < wk; ++w)
+#pragma unroll
+        for (int i = 0; i < kNW; ++i)
+#pragma unroll
+          for (int j = 0; j < kNT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] += red[warp + w][(i * kNT + j) * 4 + e][lane];
+    }
+  }
+  if (kk != 0 || !active) return;
+  T* y = static_cast<T*>(p.y);
 #pragma unroll
   for (int i = 0; i < kNW; ++i)
 #pragma unroll
     for (int j = 0; j < kNT; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
-
-  if (active) {
-    const int per = (p.kc + wk - 1) / wk;
-    const int c0 = kk * per, c1 = min(p.kc, c0 + per);
-    uint4* ring = smem + warp * (kD * kI * 32) + lane;
-    int64_t rows[kNT];
-#pragma unroll
-    for (int j = 0; j < kNT; ++j) rows[j] = min(m0 + 8 * j + g, p.m - 1);
-    const uint4* wp[kNW];
-    const uint16_t* sp[kNW];
-#pragma unroll
-    for (int i = 0; i < kNW; ++i) {
-      const int tile = min(tile0 + i, p.n16 - 1);  // a missing tile re-reads the last one; never stored
-      wp[i] = p.wq + static_cast<int64_t>(tile) * p.kc * 32 + lane;
-      sp[i] = p.ws + static_cast<int64_t>(tile) * p.kc * 32 + (lane & ~1);  // 4 bytes: this lane's pair
-    }
-    auto issue = [&](int c) {
-      if (c < c1) {
-        uint4* st = ring + ((c - c0) % kD) * kI * 32;
-#pragma unroll
-        for (int i = 0; i < kNW; ++i) cp_async16(st + i * 32, wp[i] + static_cast<int64_t>(c) * 32);
-#pragma unroll
-        for (int i = 0; i < kNW; ++i)
-          cp_async4(reinterpret_cast<uint32_t*>(st + kNW * 32) + i, sp[i] + static_cast<int64_t>(c) * 32);
+      for (int e = 0; e < 4; ++e) {
+        const int n = (tile0 + i) * 16 + g + 8 * (e >> 1);
+        const int64_t tok = m0 + 8 * j + 2 * t + (e & 1);
+        if (tile0 + i >= p.n16 || n >= p.n || tok >= p.m) continue;
+        T out = A::one(__fmul_rn(acc[i][j][e], p.out_scale));
+        if (p.bias) out = A::one(__fadd_rn(A::back(out), p.bias[n]));
+        y[tok * p.n + n] = out;
       }
-      cp_commit();  // empty groups past c1 keep the group count uniform
-    };
-    using XV = uint4[kNT][kActQ ? 1 : 2];
-    auto load_x = [&](XV& xv, int c) {
-      const int k0 = c * 64 + 16 * t;  // < K: K % 64 == 0 and c < kc
-#pragma unroll
-      for (int j = 0; j < kNT; ++j) {
-        if (!kActQ) {
-          const uint4* xp = reinterpret_cast<const uint4*>(static_cast<const T*>(p.x) + rows[j] * p.k + k0);
-          xv[j][0] = xp[0];
-          xv[j][kActQ ? 0 : 1] = xp[1];
-        } else {
-          const uint8_t* cp = static_cast<const uint8_t*>(p.x) + rows[j] * (p.k / 2) + k0 / 2;
-          const uint2 cv = *reinterpret_cast<const uint2*>(cp);
-          const uint32_t s = p.xs[rows[j] * (p.k / 16) + k0 / 16];
-          xv[j][0] = make_uint4(cv.x, cv.y, s, 0);
-        }
-      }
-    };
-#pragma unroll
-    for (int d = 0; d < kD - 1; ++d) issue(c0 + d);
-    XV xc, xn;
-    if (c0 < c1) load_x(xc, c0);
-    for (int c = c0; c < c1; ++c) {
-      issue(c + kD - 1);  // into the slot read (by this lane only) in the previous iteration
-      if (c + 1 < c1) load_x(xn, c + 1);
-      cp_wait<kD - 1>();  // chunk c has landed
-      const uint4* st = ring + ((c - c0) % kD) * kI * 32;
-      uint4 wv[kNW];
-      uint32_t sv[kNW];
-#pragma unroll
-      for (int i = 0; i < kNW; ++i) wv[i] = st[i * 32];
-      const uint4 s4 = st[kNW * 32];
-      const uint32_t sw[4] = {s4.x, s4.y, s4.z, s4.w};
-#pragma unroll
-      for (int i = 0; i < kNW; ++i) sv[i] = (sw[i] >> (16 * (lane & 1))) & 0xFFFFu;
-      chunk_math<T, kMode, kNT, kNW>(acc, wv, sv, xc, p);
-#pragma unroll
-      for (int j = 0; j < kNT; ++j)
-#pragma unroll
-        for (int h = 0; h < (kActQ ? 1 : 2); ++h) xc[j][h] = xn[j][h];
-    }
-  }
-  cp_wait<0>();
-  __syncthreads();  // the ring is reused for the K-split reduction
-  finish<T, kNT, kNW>(acc, reinterpret_cast<float*>(smem), p, warp, lane, wk, kk, tile0, m0, active);
-}
-
-// Launches a pipelined kernel, first raising its dynamic shared-memory limit (once per kernel and device).
-template <typename T, int kMode, int kNT, int kNW>
-void launch_pipe(const GemmParams& p, dim3 grid, cudaStream_t stream) {
-  constexpr size_t bytes = pipe_smem_bytes<kNW>();
-  static_assert(bytes <= static_cast<size_t>(kPipelinedSmemBytes), "kPipelinedSmemBytes is the largest");
-  auto* kernel = fused_gemm_pipe_kernel<T, kMode, kNT, kNW>;
-  static std::atomic<uint64_t> done{0};  // one bit per device (this instantiation only)
-  int dev = 0;
-  NVFP4_CUDA_CHECK(cudaGetDevice(&dev));
-  const uint64_t bit = 1ull << (dev & 63);
-  if (!(done.load() & bit)) {
-    NVFP4_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-    done.fetch_or(bit);
-  }
-  kernel<<<grid, 256, bytes, stream>>>(p);
 }
 
 template <typename T, int kMode, int kNT>
@@ -413,18 +256,6 @@ void launch_nt(const GemmParams& p, int nw, cudaStream_t stream) {
   const int groups_per_block = 8 / p.wk;
   dim3 grid(static_cast<unsigned>(ceil_div(p.m, 8 * kNT)),
             static_cast<unsigned>(ceil_div(ceil_div(p.n16, nw), groups_per_block)));
-  if constexpr (kNT <= 2) {
-    if (p.pipelined) {
-      switch (nw) {
-        case 1:
-          return launch_pipe<T, kMode, kNT, 1>(p, grid, stream);
-        case 2:
-          return launch_pipe<T, kMode, kNT, 2>(p, grid, stream);
-        default:
-          return launch_pipe<T, kMode, kNT, 4>(p, grid, stream);
-      }
-    }
-  }
   switch (nw) {
     case 1:
       fused_gemm_kernel<T, kMode, kNT, 1><<<grid, 256, 0, stream>>>(p);

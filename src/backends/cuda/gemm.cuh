@@ -28,12 +28,7 @@ struct GemmParams {
   float w_dec = 1.0f;               // vLLM flavour: D_w
   float x_gs = 1.0f;                // vLLM flavour: gs_x (activation scale = f32(sx / gs_x))
   int wk = 8;                       // warps of a block splitting K (1, 2, 4, 8); 8 / wk weight tiles per block
-  bool pipelined = false;           // cp.async shared-memory ring (needs k % 64 == 0; used for nt <= 2)
 };
-
-// Largest dynamic shared memory of the pipelined fused kernel (bytes): devices whose per-block opt-in limit is
-// smaller run the register-staged kernel.
-constexpr int kPipelinedSmemBytes = 102400;
 
 // Fused mixed-input GEMM, tokens in tiles of 8·nt (nt = 1, 2 or 4), nw = 1, 2 or 4 weight tiles per warp
 // (nt = 4 uses at most 2).

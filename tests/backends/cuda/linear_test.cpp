@@ -41,11 +41,11 @@ std::vector<uint16_t> abs_act(DType t, const std::vector<uint16_t>& x) {
 
 // Runs the layer on the GPU with a poisoned output (and poisoned guard rows after it); returns y bits.
 std::vector<uint16_t> run_gpu(const LinearWeights& w, Semantics s, DType t, const std::vector<uint16_t>& x,
-                              int64_t m, int tile_rows = 0, int kernel = -1) {
+                              int64_t m, int tile_rows = 0, int grid_rule = -1) {
   const int64_t n = w.out_features(), k = w.in_features();
   auto lin = CudaLinear::create(w, s, t, 0);
   if (tile_rows) set_weight_tile_rows(*lin, tile_rows);
-  set_fused_kernel(*lin, kernel);
+  set_fused_grid_rule(*lin, grid_rule);
   DeviceBytes dx(static_cast<size_t>(m * k * 2)), dy(static_cast<size_t>((m + 2) * n * 2));
   dx.upload(x.data(), static_cast<size_t>(m * k * 2));
   dy.fill(0xFF);  // NaN in bf16 and fp16
@@ -63,9 +63,9 @@ std::vector<uint16_t> run_gpu(const LinearWeights& w, Semantics s, DType t, cons
 }
 
 void check_bound(const LinearWeights& w, Semantics s, DType t, const std::vector<uint16_t>& x, int64_t m,
-                 const std::string& what, int tile_rows = 0, int kernel = -1) {
+                 const std::string& what, int tile_rows = 0, int grid_rule = -1) {
   const int64_t n = w.out_features(), k = w.in_features();
-  const std::vector<uint16_t> y = run_gpu(w, s, t, x, m, tile_rows, kernel);
+  const std::vector<uint16_t> y = run_gpu(w, s, t, x, m, tile_rows, grid_rule);
   std::vector<double> acc(static_cast<size_t>(m * n)), pabs(static_cast<size_t>(m * n));
   cpu_linear_reference_f64(w, s, t, x.data(), m, acc.data());
   const LinearWeights wa = abs_layer(w);
@@ -139,9 +139,9 @@ TEST(CudaLinear, LargeLayersBothPaths) {
   check_bound(w, Semantics::W4A16, DType::F16, x, 130, label(Semantics::W4A16, DType::F16, 130, 1100, 16384), 304);
 }
 
-// Every fused kernel variant for M <= 16 (register-staged, cp.async ring with either grid rule) on layers
-// whose shapes give 1, 2 and 4 weight tiles per warp, K splits, a partial last tile and several token tiles.
-TEST(CudaLinear, FusedKernelVariantsWithinDerivedBound) {
+// Both grid rules of the fused kernel on layers whose shapes give 1, 2 and 4 weight tiles per warp, K splits,
+// a partial last tile and one or two token tiles (the rules differ only at M <= 16).
+TEST(CudaLinear, FusedGridRulesWithinDerivedBound) {
   NVFP4_REQUIRE_GPU();
   const int64_t shapes[][2] = {{1100, 4096}, {40, 512}, {4100, 1024}, {16, 64}};
   uint32_t seed = 900;
@@ -151,9 +151,9 @@ TEST(CudaLinear, FusedKernelVariantsWithinDerivedBound) {
                                            2688.0f / 7.0f, true, DType::BF16, seed++);
       for (int64_t m : {1, 5, 9, 16}) {
         const auto x = random_activations(DType::BF16, m, sh[1], 1.0f, seed++);
-        for (int kernel : {0, 1, 2})
+        for (int rule : {0, 1})
           check_bound(w, s, DType::BF16, x, m,
-                      label(s, DType::BF16, m, sh[0], sh[1]) + "/kernel" + std::to_string(kernel), 0, kernel);
+                      label(s, DType::BF16, m, sh[0], sh[1]) + "/grid" + std::to_string(rule), 0, rule);
       }
     }
 }
