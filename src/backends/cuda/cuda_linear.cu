@@ -178,6 +178,10 @@ class CudaLinearImpl final : public CudaLinear {
     x_dec_ = w.input_global.dec;
     check_cuda(cudaGetLastError(), "upload");
     if (cublasCreate(&blas_) != CUBLAS_STATUS_SUCCESS) fail("cuda linear '" + w.name + "': cublasCreate failed");
+    // Split-K partial sums must stay in f32: by default cuBLAS may reduce them in the 16-bit output type,
+    // which breaks the f32-accumulation bound of docs/TESTING.md.
+    cublasSetMathMode(blas_, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
+                                                       CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
 
     const int64_t rows = std::max<int64_t>(128, kWeightChunkBytes / (2 * k_) / 128 * 128);
     chunk_rows_ = static_cast<int>(std::min<int64_t>(rows, n16_ * 16));

@@ -132,6 +132,14 @@ TEST(CudaLinear, LargeLayersBothPaths) {
       // Large-M path with many weight tiles (two buffers alternating, side-stream dequantization).
       if (m > 64) check_bound(w, s, t, x, m, label(s, t, m, 1100, 4096) + "/tiles128", 128);
     }
+    // A wide, short layer just above the W4A4 crossover: cuBLAS picks split-K here, whose partial sums must
+    // stay in f32 (this shape once exceeded the bound when cuBLAS reduced them in bf16).
+    const LinearWeights wide = random_layer(4100, 1024, scale_range(0x28, 0x5F), 2688.0f / 0.3f, true,
+                                            2688.0f / 7.0f, true, t, seed++);
+    for (int64_t m : {40, 100}) {
+      const auto x = random_activations(t, m, 1024, 1.0f, seed++);
+      check_bound(wide, s, t, x, m, label(s, t, m, 4100, 1024));
+    }
   }
   const LinearWeights w = random_layer(1100, 16384, scale_range(0x28, 0x5F), 2688.0f / 0.2f, false, 1.0f, true,
                                        DType::F16, seed++);
