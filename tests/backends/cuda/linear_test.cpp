@@ -147,6 +147,43 @@ TEST(CudaLinear, LargeLayersBothPaths) {
   check_bound(w, Semantics::W4A16, DType::F16, x, 130, label(Semantics::W4A16, DType::F16, 130, 1100, 16384), 304);
 }
 
+// The two W4A4 flavours on both paths: the GPU output must round to the same T value as its own flavour's
+// reference more often than to the other flavour's. On this data the two references round to different
+// values for about half the outputs (asserted), while an executor of the right flavour differs from its own
+// reference only where its f32 summation order flips a rounding: an executor computing the other flavour
+// (or a mixture) fails. The derived bound cannot tell them apart: both flavours are within it of each other.
+TEST(CudaLinear, FlavoursAreNotInterchangedOnEitherPath) {
+  NVFP4_REQUIRE_GPU();
+  const DType t = DType::BF16;
+  const int64_t n = 256, k = 1024;
+  // Global scales as calibration produces them (T-rounded 2688/amax), not powers of two.
+  const LinearWeights w = random_layer(n, k, scale_range(0x28, 0x5F), ct_global_enc(0.37f, t), true,
+                                       ct_global_enc(11.3f, t), false, t, 4242);
+  const Semantics sems[2] = {Semantics::W4A4, Semantics::W4A4_VLLM};
+  for (int64_t m : {16, 100}) {  // fused kernel, then the dequantize + cuBLAS path
+    const std::vector<uint16_t> x = random_activations(t, m, k, 1.0f, 77 + static_cast<uint32_t>(m));
+    std::vector<uint16_t> rounded[2];
+    for (int f = 0; f < 2; ++f) {
+      std::vector<double> ref(static_cast<size_t>(m * n));
+      cpu_linear_reference_f64(w, sems[f], t, x.data(), m, ref.data());
+      for (double r : ref) rounded[f].push_back(linear_output(t, static_cast<float>(r), nullptr));
+    }
+    int64_t apart = 0;
+    for (int64_t i = 0; i < m * n; ++i) apart += rounded[0][i] != rounded[1][i];
+    ASSERT_GT(apart, m * n / 4) << "the data does not tell the flavours apart";
+    for (int f = 0; f < 2; ++f) {
+      const std::vector<uint16_t> y = run_gpu(w, sems[f], t, x, m);
+      int64_t own = 0, other = 0;
+      for (int64_t i = 0; i < m * n; ++i) {
+        own += y[i] == rounded[f][i];
+        other += y[i] == rounded[1 - f][i];
+      }
+      EXPECT_GT(own, other) << semantics_name(sems[f]) << " M=" << m << ": " << own << " outputs match its own "
+                            << "flavour, " << other << " the other flavour, of " << m * n;
+    }
+  }
+}
+
 // Both grid rules of the fused kernel on layers whose shapes give 1, 2 and 4 weight tiles per warp, K splits,
 // a partial last tile and one or two token tiles (the rules differ only at M <= 16).
 TEST(CudaLinear, FusedGridRulesWithinDerivedBound) {
