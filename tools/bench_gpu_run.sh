@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# One measuring session on a CUDA machine: build, GPU tests, then bench_gemm with the given arguments.
-# Logs go to $OUT (or ./bench-out) so they survive the session: build.log, test_cuda.log, ctest.log, bench.md.
-# Usage: tools/bench_gpu_session.sh [bench_gemm arguments...]
+# One measuring run on a CUDA machine: build, GPU tests, then bench_gemm with the given arguments.
+# Logs go to $NVFP4_BENCH_OUT (default ./bench-out): build.log, test_cuda.log, ctest.log, bench.md.
+# Usage: tools/bench_gpu_run.sh [bench_gemm arguments...]
 set -uo pipefail
-out=${OUT:-bench-out}
+out=${NVFP4_BENCH_OUT:-bench-out}
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv | tee "$out/gpu.txt"
 t0=$(date +%s)
