@@ -33,14 +33,8 @@ int run_calibrate(int argc, char** argv) {
   lo.max_context = window;
   lo.record_input_amax = true;
   const auto tok = nvfp4::model::load_tokenizer(dir);
+  const std::vector<int32_t> ids = nvfp4::model::tokenize_text_file(tok, file, max_tokens);
   auto model = nvfp4::model::LlamaModel::load(dir, lo, rep);
-  const std::string text = nvfp4::io::read_text_file(file);
-  std::vector<int32_t> ids;
-  if (tok.add_bos() && tok.bos_id() >= 0) ids.push_back(tok.bos_id());
-  const auto enc = tok.encode(text, false);
-  ids.insert(ids.end(), enc.begin(), enc.end());
-  if (max_tokens > 0 && static_cast<int64_t>(ids.size()) > max_tokens) ids.resize(static_cast<size_t>(max_tokens));
-  if (ids.size() < 2) throw nvfp4::Error(file + ": fewer than 2 tokens");
   const auto r = nvfp4::model::perplexity(*model, ids, window, [&](int64_t d, int64_t t) {
     rep.step("window", static_cast<size_t>(d), static_cast<size_t>(t));
   });

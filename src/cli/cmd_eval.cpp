@@ -32,9 +32,7 @@ int run_eval(int argc, char** argv) {
   app.add_flag("--json", json, "print one JSON object instead of text");
   app.add_flag("-v,--verbose", verbose, "debug logging");
   std::string ops = "cpu";
-  app.add_option("--ops", ops, "where embedding/norms/RoPE/attention and unquantized linears run: cpu (default) or "
-                              "cuda (kernels, activations stay on the GPU; needs every quantized linear on the GPU)")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
+  nvfp4::cli::add_ops_flag(app, &ops);
   nvfp4::cli::add_dispatch_flags(app, &df);
   if (int rc = nvfp4::cli::parse(app, argc, argv); rc >= 0) return rc;
   if (threads > 0) nvfp4::set_num_threads(threads);
@@ -53,14 +51,8 @@ int run_eval(int argc, char** argv) {
   lo.ops_on_device = ops == "cuda";
   lo.max_context = window;
   const auto tok = nvfp4::model::load_tokenizer(dir);
+  const std::vector<int32_t> ids = nvfp4::model::tokenize_text_file(tok, file, max_tokens);
   auto model = nvfp4::model::LlamaModel::load(dir, lo, rep);
-  const std::string text = nvfp4::io::read_text_file(file);
-  std::vector<int32_t> ids;
-  if (tok.add_bos() && tok.bos_id() >= 0) ids.push_back(tok.bos_id());
-  const auto enc = tok.encode(text, false);
-  ids.insert(ids.end(), enc.begin(), enc.end());
-  if (max_tokens > 0 && static_cast<int64_t>(ids.size()) > max_tokens) ids.resize(static_cast<size_t>(max_tokens));
-  if (ids.size() < 2) throw nvfp4::Error(file + ": fewer than 2 tokens to score");
   std::string how;
   for (const auto& e : model->executor_summary()) {
     if (e.group == "mlp gate/up/down") how = e.how;

@@ -64,14 +64,6 @@ std::vector<LayerRow> build_layer_rows(const io::Checkpoint& ck) {
   return rows;
 }
 
-std::string human_bytes(uint64_t b) {
-  char s[32];
-  if (b >= (1ull << 30)) std::snprintf(s, sizeof s, "%.2f GiB", b / double(1ull << 30));
-  else if (b >= (1ull << 20)) std::snprintf(s, sizeof s, "%.2f MiB", b / double(1ull << 20));
-  else if (b >= (1ull << 10)) std::snprintf(s, sizeof s, "%.2f KiB", b / double(1ull << 10));
-  else std::snprintf(s, sizeof s, "%llu B", static_cast<unsigned long long>(b));
-  return s;
-}
 
 const char* scheme_words(io::QuantScheme s) {
   switch (s) {

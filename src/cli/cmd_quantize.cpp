@@ -15,14 +15,6 @@
 namespace nvfp4::cli {
 namespace {
 
-std::string human_bytes(uint64_t b) {
-  char s[32];
-  if (b >= (1ull << 30)) std::snprintf(s, sizeof s, "%.2f GiB", b / double(1ull << 30));
-  else if (b >= (1ull << 20)) std::snprintf(s, sizeof s, "%.2f MiB", b / double(1ull << 20));
-  else if (b >= (1ull << 10)) std::snprintf(s, sizeof s, "%.2f KiB", b / double(1ull << 10));
-  else std::snprintf(s, sizeof s, "%llu B", static_cast<unsigned long long>(b));
-  return s;
-}
 
 int run_quantize(int argc, char** argv) {
   CLI::App app{"Quantize an HF model (bf16/fp16/fp32) to an NVFP4 checkpoint, or convert an NVFP4 checkpoint "

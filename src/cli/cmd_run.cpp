@@ -46,9 +46,7 @@ int run_generate(int argc, char** argv) {
                "print the prompt's token ids (after --chat) as a JSON list and exit without loading the weights");
   app.add_flag("-v,--verbose", verbose, "debug logging");
   std::string ops = "cpu";
-  app.add_option("--ops", ops, "where embedding/norms/RoPE/attention and unquantized linears run: cpu (default) or "
-                              "cuda (kernels, activations stay on the GPU; needs every quantized linear on the GPU)")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
+  nvfp4::cli::add_ops_flag(app, &ops);
   nvfp4::cli::add_dispatch_flags(app, &df);
   if (int rc = nvfp4::cli::parse(app, argc, argv); rc >= 0) return rc;
   if (threads > 0) nvfp4::set_num_threads(threads);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "common/error.h"
 #include "common/parallel.h"
@@ -70,24 +71,20 @@ float ct_global_enc(float amax, DType t) {
   return gs;
 }
 
-Nvfp4Matrix ct_quantize(const float* w, int64_t rows, int64_t cols, DType t, float gs_enc) {
-  check_cols(cols, "ct_quantize");
-  Nvfp4Matrix q;
-  q.resize(rows, cols);
-  q.global = GlobalScale::from_enc(gs_enc);
-  const int64_t groups = cols / kGroupSize;
-  parallel_for(static_cast<size_t>(rows), 16, [&](size_t r0, size_t r1) {
+namespace {
+
+// The loop both weight writers share: per group of 16, `block(x)` returns the group's e4m3 scale code and the
+// divisor t; codes are e2m1(clamp(f32(x / t), ±6)), an exact ±0 written as +0. Parallel over rows.
+template <class Block>
+void quantize_weight_groups(const float* w, Nvfp4Matrix& q, const Block& block) {
+  const int64_t cols = q.cols, groups = cols / kGroupSize;
+  parallel_for(static_cast<size_t>(q.rows), 16, [&](size_t r0, size_t r1) {
     for (int64_t r = static_cast<int64_t>(r0); r < static_cast<int64_t>(r1); ++r) {
-      const float* row = w + r * cols;
       uint8_t* codes = q.codes.data() + r * (cols / 2);
       for (int64_t g = 0; g < groups; ++g) {
-        const float* x = row + g * kGroupSize;
-        const float amax_g = abs_max(x, kGroupSize);
-        const float per_group = round_to(t, amax_g / kE2M1Max);  // amax_g / 6 in T
-        uint8_t s = e4m3_encode(clamp_abs(gs_enc * per_group, kE4M3Max));
-        if ((s & 0x7F) == 0) s = 0x20;  // a zero scale becomes 0.125
+        const float* x = w + r * cols + g * kGroupSize;
+        const auto [s, tdiv] = block(x);
         q.scales[static_cast<size_t>(r * groups + g)] = s;
-        const float tdiv = e4m3_decode(s) / gs_enc;
         for (int j = 0; j < kGroupSize; j += 2) {
           const uint8_t lo = e2m1_encode_unsigned_zero(clamp_abs(x[j] / tdiv, kE2M1Max));
           const uint8_t hi = e2m1_encode_unsigned_zero(clamp_abs(x[j + 1] / tdiv, kE2M1Max));
@@ -95,6 +92,21 @@ Nvfp4Matrix ct_quantize(const float* w, int64_t rows, int64_t cols, DType t, flo
         }
       }
     }
+  });
+}
+
+}  // namespace
+
+Nvfp4Matrix ct_quantize(const float* w, int64_t rows, int64_t cols, DType t, float gs_enc) {
+  check_cols(cols, "ct_quantize");
+  Nvfp4Matrix q;
+  q.resize(rows, cols);
+  q.global = GlobalScale::from_enc(gs_enc);
+  quantize_weight_groups(w, q, [&](const float* x) {
+    const float per_group = round_to(t, abs_max(x, kGroupSize) / kE2M1Max);  // amax_g / 6 in T
+    uint8_t s = e4m3_encode(clamp_abs(gs_enc * per_group, kE4M3Max));
+    if ((s & 0x7F) == 0) s = 0x20;  // a zero scale becomes 0.125
+    return std::pair<uint8_t, float>(s, e4m3_decode(s) / gs_enc);
   });
   return q;
 }
@@ -106,26 +118,12 @@ Nvfp4Matrix modelopt_quantize(const float* w, int64_t rows, int64_t cols) {
   Nvfp4Matrix q;
   q.resize(rows, cols);
   q.global = GlobalScale::from_dec(dec);
-  const int64_t groups = cols / kGroupSize;
   const float six_dec = 6.0f * dec;
-  parallel_for(static_cast<size_t>(rows), 16, [&](size_t r0, size_t r1) {
-    for (int64_t r = static_cast<int64_t>(r0); r < static_cast<int64_t>(r1); ++r) {
-      const float* row = w + r * cols;
-      uint8_t* codes = q.codes.data() + r * (cols / 2);
-      for (int64_t g = 0; g < groups; ++g) {
-        const float* x = row + g * kGroupSize;
-        float s_f = abs_max(x, kGroupSize) / six_dec;
-        if (s_f == 0.0f) s_f = 1.0f;  // ModelOpt: zero blocks get scale 1.0
-        const uint8_t s = e4m3_encode(clamp_abs(s_f, kE4M3Max));
-        q.scales[static_cast<size_t>(r * groups + g)] = s;
-        const float tdiv = e4m3_decode(s) * dec;
-        for (int j = 0; j < kGroupSize; j += 2) {
-          const uint8_t lo = e2m1_encode_unsigned_zero(clamp_abs(x[j] / tdiv, kE2M1Max));
-          const uint8_t hi = e2m1_encode_unsigned_zero(clamp_abs(x[j + 1] / tdiv, kE2M1Max));
-          codes[(g * kGroupSize + j) / 2] = pack_e2m1x2(lo, hi);
-        }
-      }
-    }
+  quantize_weight_groups(w, q, [&](const float* x) {
+    float s_f = abs_max(x, kGroupSize) / six_dec;
+    if (s_f == 0.0f) s_f = 1.0f;  // ModelOpt: zero blocks get scale 1.0
+    const uint8_t s = e4m3_encode(clamp_abs(s_f, kE4M3Max));
+    return std::pair<uint8_t, float>(s, e4m3_decode(s) * dec);
   });
   return q;
 }

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "io/checkpoint.h"
 
 namespace nvfp4::model {
 
@@ -24,6 +25,17 @@ std::string load_chat_template(const std::string& dir) {
     fail(dir + "/tokenizer_config.json: invalid JSON: " + e.what());
   }
   return std::string();
+}
+
+std::vector<int32_t> tokenize_text_file(const Tokenizer& tok, const std::string& path, int64_t max_tokens) {
+  const std::string text = io::read_text_file(path);
+  std::vector<int32_t> ids;
+  if (tok.add_bos() && tok.bos_id() >= 0) ids.push_back(tok.bos_id());
+  const auto enc = tok.encode(text, false);
+  ids.insert(ids.end(), enc.begin(), enc.end());
+  if (max_tokens > 0 && static_cast<int64_t>(ids.size()) > max_tokens) ids.resize(static_cast<size_t>(max_tokens));
+  if (ids.size() < 2) fail(path + ": fewer than 2 tokens to score");
+  return ids;
 }
 
 double PerplexityResult::perplexity() const { return scored ? std::exp(nll_sum / static_cast<double>(scored)) : NAN; }

@@ -16,6 +16,10 @@ Tokenizer load_tokenizer(const std::string& dir);
 // chat_template of <dir>/tokenizer_config.json ("" when none).
 std::string load_chat_template(const std::string& dir);
 
+// The tokens of a text file as the scoring verbs read it: BOS first when the tokenizer adds one, then the whole
+// text, cut to `max_tokens` (0 = all). Throws nvfp4::Error naming the file when fewer than 2 tokens remain.
+std::vector<int32_t> tokenize_text_file(const Tokenizer& tok, const std::string& path, int64_t max_tokens);
+
 struct PerplexityResult {
   double nll_sum = 0;      // Σ -log p(token | previous tokens of its window), natural log
   int64_t scored = 0;      // tokens scored (each window's first token is context only)
