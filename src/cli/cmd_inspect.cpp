@@ -1,12 +1,15 @@
-// nvfp4 inspect PATH [--json]
+// nvfp4 inspect PATH [--json] [--device D] [--linear-backend B] [--emulation[=F]] [--explain-device]
 // What a checkpoint holds: format, scheme per layer, counts and sizes, ignored modules, and the problems
 // found (NaN block scales, +inf global scales, shape mismatches) as warnings. Exit 0 when the checkpoint
 // could be read (problems included), 1 when it could not.
+// Also, per quantized layer, the semantics and executor it would get on this machine (linear/select.h) with
+// the dispatch flags and environment, and with --explain-device the device, build and rules applied.
 //
 // Structure: build_layer_rows() makes one LayerRow per linear module; the text table and the JSON are
 // printed from the rows generically, so a new per-layer field is added in one place (LayerRow::extra).
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -14,9 +17,11 @@
 #include <utility>
 #include <vector>
 
+#include "cli/dispatch_flags.h"
 #include "cli/verbs.h"
 #include "common/error.h"
 #include "io/checkpoint.h"
+#include "linear/select.h"
 
 namespace nvfp4::cli {
 namespace {
@@ -65,6 +70,37 @@ std::vector<LayerRow> build_layer_rows(const io::Checkpoint& ck) {
 }
 
 
+// Dispatch (linear/select.h): the semantics and executor each quantized layer would get on this machine with
+// these overrides, as extra columns. A layer whose settings cannot run here shows "error" and the reason.
+void add_dispatch_columns(const io::Checkpoint& ck, const DeviceInfo& dev, const BuildInfo& build,
+                          const Overrides& ov, std::vector<LayerRow>* rows, std::vector<std::string>* warnings) {
+  for (LayerRow& r : *rows) {
+    const io::LinearInfo* li = ck.find_linear(r.name);
+    const bool quantized = li && li->scheme != io::QuantScheme::None;
+    if (!quantized) {
+      r.extra.push_back({"semantics", "dense"});
+      r.extra.push_back({"executor", "-"});
+      r.extra.push_back({"reason", "not quantized"});
+      continue;
+    }
+    const LayerScheme scheme = li->scheme == io::QuantScheme::NVFP4 ? LayerScheme::W4A4 : LayerScheme::W4A16;
+    try {
+      const Selection sel = select_linear(dev, build, scheme, ov);
+      std::string exec = executor_name(sel.executor);
+      if (sel.executor != Executor::Cpu) exec += ":" + std::to_string(sel.device);
+      r.extra.push_back({"semantics", semantics_name(sel.semantics)});
+      r.extra.push_back({"executor", exec});
+      r.extra.push_back({"reason", sel.reason});
+      if (!sel.warning.empty() && std::find(warnings->begin(), warnings->end(), sel.warning) == warnings->end())
+        warnings->push_back(sel.warning);
+    } catch (const Error& e) {
+      r.extra.push_back({"semantics", "error"});
+      r.extra.push_back({"executor", "-"});
+      r.extra.push_back({"reason", e.what()});
+    }
+  }
+}
+
 const char* scheme_words(io::QuantScheme s) {
   switch (s) {
     case io::QuantScheme::NVFP4: return "nvfp4 (W4A4: NVFP4 weights and activations)";
@@ -76,15 +112,24 @@ const char* scheme_words(io::QuantScheme s) {
 int run_inspect(int argc, char** argv) {
   CLI::App app{"Show what a checkpoint holds: format, per-layer scheme, sizes, problems"};
   std::string path;
-  bool as_json = false, verbose = false;
+  bool as_json = false, verbose = false, explain = false;
+  DispatchFlags df;
   app.add_option("PATH", path, "model directory or .safetensors file")->required();
   app.add_flag("--json", as_json, "machine-readable output");
   app.add_flag("-v,--verbose", verbose, "debug messages");
+  add_dispatch_flags(app, &df);
+  app.add_flag("--explain-device", explain,
+               "also print this machine (device, build, CUDA/cuBLASLt versions) and how the dispatch rules apply");
   if (int rc = parse(app, argc, argv); rc >= 0) return rc;
+  const Overrides ov = dispatch_overrides(df);
+  const DeviceInfo dev = detect_device(ov);
+  const BuildInfo build = query_build();
 
   // Problems are listed in the output, so the reporter does not repeat them on stderr.
   auto ck = io::Checkpoint::open(path, Reporter{});
-  const std::vector<LayerRow> rows = build_layer_rows(*ck);
+  std::vector<LayerRow> rows = build_layer_rows(*ck);
+  std::vector<std::string> dispatch_warnings;
+  add_dispatch_columns(*ck, dev, build, ov, &rows, &dispatch_warnings);
   const io::ModelConfig& cfg = ck->config();
   std::map<std::string, size_t> per_scheme;
   for (const auto& r : rows) per_scheme[r.scheme]++;
@@ -125,6 +170,10 @@ int run_inspect(int argc, char** argv) {
     json probs = json::array();
     for (const auto& p : ck->problems()) probs.push_back({{"tensor", p.tensor}, {"message", p.message}});
     j["problems"] = probs;
+    j["device"] = {{"name", dev.describe()}, {"gpu", dev.is_gpu}, {"compute_capability", dev.is_gpu ? dev.cc_string() : ""},
+                   {"build_archs", build.archs_string()}, {"cublaslt", cublaslt_version_string(build.cublaslt_version)}};
+    j["dispatch_warnings"] = dispatch_warnings;
+    if (explain) j["explain_device"] = explain_dispatch(dev, build, ov);
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
@@ -165,7 +214,8 @@ int run_inspect(int argc, char** argv) {
   for (const auto& r : rows) wname = std::max(wname, r.name.size());
   std::vector<std::string> extra_hdr;
   if (!rows.empty())
-    for (const auto& e : rows[0].extra) extra_hdr.push_back(e.first);
+    for (const auto& e : rows[0].extra)
+      if (e.first != "reason") extra_hdr.push_back(e.first);
   std::printf("\n%-*s  %-8s  %7s  %7s  %-7s  %-4s  %10s", static_cast<int>(wname), "module", "scheme", "N", "K",
               "weight", "bias", "bytes");
   for (const auto& h : extra_hdr) std::printf("  %s", h.c_str());
@@ -174,9 +224,27 @@ int run_inspect(int argc, char** argv) {
     std::printf("%-*s  %-8s  %7lld  %7lld  %-7s  %-4s  %10llu", static_cast<int>(wname), r.name.c_str(),
                 r.scheme.c_str(), static_cast<long long>(r.out_features), static_cast<long long>(r.in_features),
                 r.weight_dtype.c_str(), r.bias ? "yes" : "no", static_cast<unsigned long long>(r.bytes));
-    for (const auto& e : r.extra) std::printf("  %s", e.second.c_str());
+    for (const auto& e : r.extra)
+      if (e.first != "reason") std::printf("  %s", e.second.c_str());
     std::printf("\n");
   }
+  // Dispatch on this machine: each distinct decision once, then the warnings a run would log.
+  std::vector<std::string> decisions;
+  for (const auto& r : rows) {
+    std::string sem, exec, why;
+    for (const auto& e : r.extra) {
+      if (e.first == "semantics") sem = e.second;
+      if (e.first == "executor") exec = e.second;
+      if (e.first == "reason") why = e.second;
+    }
+    if (sem == "dense") continue;
+    const std::string d = sem == "error" ? "error: " + why : sem + " on " + exec + " (" + why + ")";
+    if (std::find(decisions.begin(), decisions.end(), d) == decisions.end()) decisions.push_back(d);
+  }
+  std::printf("\ndevice:        %s\n", dev.describe().c_str());
+  for (const auto& d : decisions) std::printf("dispatch:      %s\n", d.c_str());
+  for (const auto& w : dispatch_warnings) std::printf("warning:       %s\n", w.c_str());
+  if (explain) std::printf("\n%s", explain_dispatch(dev, build, ov).c_str());
   if (!ck->problems().empty()) {
     std::printf("\nproblems (%zu):\n", ck->problems().size());
     for (const auto& p : ck->problems()) std::printf("  warning: %s\n", p.message.c_str());
