@@ -109,20 +109,45 @@ const char* scheme_words(io::QuantScheme s) {
   }
 }
 
+bool looks_like_device(const std::string& s) {
+  return s == "cpu" || (s.size() > 3 && s.compare(0, 3, "sm_") == 0 &&
+                        s.find_first_not_of("0123456789", 3) == std::string::npos);
+}
+
+// A device described by name for --explain-device: "cpu" or "sm_XY" (compute capability X.Y). Nothing is
+// queried: the build's architecture list decides whether this binary carries code for it.
+DeviceInfo hypothetical_device(const std::string& s) {
+  if (s == "cpu") return DeviceInfo::cpu("hypothetical: no GPU");
+  if (!looks_like_device(s) || s.size() < 5 || s.size() > 6)
+    throw UsageError("--explain-device: '" + s + "' is not a device; expected sm_80, sm_86, sm_89, sm_90, sm_100, "
+                     "sm_103, sm_120, sm_121 (any sm_XY) or cpu");
+  const int cc = std::stoi(s.substr(3));
+  return DeviceInfo::gpu("hypothetical " + s + " device", cc / 10, cc % 10);
+}
+
 int run_inspect(int argc, char** argv) {
   CLI::App app{"Show what a checkpoint holds: format, per-layer scheme, sizes, problems"};
   std::string path;
-  bool as_json = false, verbose = false, explain = false;
+  bool as_json = false, verbose = false;
+  std::string explain_target;
   DispatchFlags df;
-  app.add_option("PATH", path, "model directory or .safetensors file")->required();
+  app.add_option("PATH", path, "model directory or .safetensors file");
   app.add_flag("--json", as_json, "machine-readable output");
   app.add_flag("-v,--verbose", verbose, "debug messages");
   add_dispatch_flags(app, &df);
-  app.add_flag("--explain-device", explain,
-               "also print this machine (device, build, CUDA/cuBLASLt versions) and how the dispatch rules apply");
+  CLI::Option* explain_opt =
+      app.add_option("--explain-device", explain_target,
+                     "also print the device, build (CUDA/cuBLASLt versions) and how the dispatch rules apply; with a "
+                     "value, for a hypothetical device instead of this machine (sm_80, sm_86, sm_89, sm_90, sm_100, "
+                     "sm_103, sm_120, sm_121 or cpu), and the per-layer decisions follow it")
+          ->expected(0, 1);
   if (int rc = parse(app, argc, argv); rc >= 0) return rc;
+  const bool explain = explain_opt->count() > 0;
+  // `inspect --explain-device PATH`: the option took the path as its value.
+  if (path.empty() && !explain_target.empty() && !looks_like_device(explain_target)) std::swap(path, explain_target);
+  if (path.empty()) throw UsageError("inspect: PATH is required");
   const Overrides ov = dispatch_overrides(df);
-  const DeviceInfo dev = detect_device(ov);
+  const DeviceInfo dev = explain_target.empty() ? detect_device(ov) : hypothetical_device(explain_target);
   const BuildInfo build = query_build();
 
   // Problems are listed in the output, so the reporter does not repeat them on stderr.

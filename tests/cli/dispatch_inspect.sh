@@ -90,5 +90,22 @@ if grep -qE '^device: +NVIDIA .*\((7|8|9)\.[0-9]\)' <<<"$out" && grep -q 'cublas
   echo "FAIL: cublaslt chosen on a device below 10.0"; fails=$((fails + 1))
 fi
 
+# Hypothetical devices: the decision a user would get there with this binary, before deploying.
+check "--explain-device sm_90: W4A16 with the reason" '^W4A4 layer:  w4a16 on .*sm_90 < sm_100' -- \
+  "$bin" inspect "$a" --explain-device sm_90
+check "--explain-device cpu" '^W4A4 layer:  w4a16 on cpu' -- "$bin" inspect "$a" --explain-device cpu
+check "--explain-device before PATH" '^W4A16 layer: ' -- "$bin" inspect --explain-device "$a"
+if "$bin" inspect --help | grep -q -- '--explain-device' && "$bin" inspect "$a" --explain-device | grep -q '^build: *CUDA, archs .*100a'; then
+  check "--explain-device sm_100 with sm_100a code: native FP4" '^W4A4 layer:  w4a4 on cublaslt' -- \
+    "$bin" inspect "$a" --explain-device sm_100
+else
+  check "--explain-device sm_100 without sm_100a code: W4A16" '^W4A4 layer:  w4a16 on ' -- \
+    "$bin" inspect "$a" --explain-device sm_100
+fi
+"$bin" inspect "$a" --explain-device sm_x >/dev/null 2>"$work/err"; rc=$?
+if [ "$rc" -ne 2 ] || ! grep -q "^error: --explain-device: 'sm_x' is not a device" "$work/err"; then
+  echo "FAIL: a bad --explain-device value must be a usage error (rc=$rc)"; fails=$((fails + 1))
+fi
+
 if [ "$fails" -ne 0 ]; then echo "$fails failure(s)"; exit 1; fi
 echo "all inspect dispatch checks passed"
