@@ -31,6 +31,7 @@
 
 #include "backends/cublaslt/fp4_layout.h"
 #include "backends/cuda/cuda_linear.h"
+#include "backends/cuda/device_buffer.cuh"
 #include "backends/cuda/device/capability.h"
 #include "backends/cuda/device/device_info.h"
 #include "common/error.h"
@@ -69,30 +70,7 @@ class DeviceGuard {
   bool changed_ = false;
 };
 
-// Owning device allocation.
-struct DeviceBuffer {
-  void* p = nullptr;
-  size_t bytes = 0;
-  DeviceBuffer() = default;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() {
-    if (p) cudaFree(p);
-  }
-  void alloc(size_t n) {
-    if (p) cudaFree(p);
-    p = nullptr;
-    bytes = 0;
-    if (n == 0) return;
-    LT_CUDA(cudaMalloc(&p, n));
-    bytes = n;
-  }
-  void upload(const void* src, size_t n) {
-    alloc(n);
-    if (n) LT_CUDA(cudaMemcpy(p, src, n, cudaMemcpyHostToDevice));
-  }
-  uint8_t* u8() const { return static_cast<uint8_t*>(p); }
-};
+using DeviceBuffer = cuda::DeviceBuffer<uint8_t>;
 
 constexpr size_t kWorkspaceBytes = size_t(32) << 20;  // cuBLASLt workspace (split-K etc.), per device
 constexpr size_t kAlign = 256;
@@ -304,13 +282,13 @@ class Impl final : public CublasLtLinear {
     const void* b_scale = ws.x_scales;
     LT_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale, sizeof(a_scale)));
     LT_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale, sizeof(b_scale)));
-    const float* consts = static_cast<const float*>(consts_.p);
+    const float* consts = reinterpret_cast<const float*>(consts_.p);
     const void* alpha = p.device_scalars ? static_cast<const void*>(consts) : static_cast<const void*>(&alpha_);
     const void* beta = p.device_scalars ? static_cast<const void*>(consts + 1) : static_cast<const void*>(&kZero);
     const DeviceBuffer& lt_ws = ctx_->buffers(stream).workspace;
     LT_CHECK(cublasLtMatmul(ctx_->handle, p.desc, alpha, w_codes_.p, p.a, ws.x_codes, p.b, beta, d, p.d, d, p.d,
                             &p.algo, lt_ws.p, lt_ws.bytes, stream));
-    const float* bias = static_cast<const float*>(bias_.p);
+    const float* bias = reinterpret_cast<const float*>(bias_.p);
     if (p.staged) {
       launch_finish(act_, d, p.rows, y, m, n_, bias, stream);
     } else if (bias) {

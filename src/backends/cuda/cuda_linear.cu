@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_linear.h"
+#include "backends/cuda/device_buffer.cuh"
 #include "backends/cuda/cuda_linear_internal.h"
 #include "backends/cuda/dequant_bits.h"
 #include "backends/cuda/gemm.cuh"
@@ -63,30 +64,7 @@ constexpr int kDefaultGridRule = 1;
 
 
 template <typename P>
-struct DevBuf {
-  P* p = nullptr;
-  size_t bytes = 0;
-  DevBuf() = default;
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-  ~DevBuf() {
-    if (p) cudaFree(p);
-  }
-  void alloc(size_t n) {
-    if (p) cudaFree(p);
-    p = nullptr;
-    bytes = 0;
-    if (n == 0) return;
-    void* q = nullptr;
-    check_cuda(cudaMalloc(&q, n), "cudaMalloc");
-    p = static_cast<P*>(q);
-    bytes = n;
-  }
-  void upload(const void* src, size_t n) {
-    alloc(n);
-    if (n) check_cuda(cudaMemcpy(p, src, n, cudaMemcpyHostToDevice), "cudaMemcpy (upload)");
-  }
-};
+using DevBuf = DeviceBuffer<P>;
 
 // Transient device memory, stream-ordered (cudaMallocAsync from the device's pool: capturable in CUDA
 // graphs, reused without synchronisation, safe for layers running on different streams).

@@ -1,0 +1,47 @@
+// An owning device allocation (cudaMalloc on the current device), shared by the CUDA and cuBLASLt executors.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "common/error.h"
+
+namespace nvfp4::cuda {
+
+template <typename P = uint8_t>
+struct DeviceBuffer {
+  P* p = nullptr;
+  size_t bytes = 0;
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() {
+    if (p) cudaFree(p);
+  }
+  // Frees what was held, then allocates n bytes (none for n == 0). Throws nvfp4::Error.
+  void alloc(size_t n) {
+    if (p) cudaFree(p);
+    p = nullptr;
+    bytes = 0;
+    if (n == 0) return;
+    void* q = nullptr;
+    check(cudaMalloc(&q, n), "cudaMalloc");
+    p = static_cast<P*>(q);
+    bytes = n;
+  }
+  // alloc(n), then copies n bytes from the host.
+  void upload(const void* src, size_t n) {
+    alloc(n);
+    if (n) check(cudaMemcpy(p, src, n, cudaMemcpyHostToDevice), "cudaMemcpy (upload)");
+  }
+  uint8_t* u8() const { return reinterpret_cast<uint8_t*>(p); }
+
+ private:
+  static void check(cudaError_t e, const char* what) {
+    if (e != cudaSuccess) fail(std::string("cuda: ") + what + ": " + cudaGetErrorString(e));
+  }
+};
+
+}  // namespace nvfp4::cuda
