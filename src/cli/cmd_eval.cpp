@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/dispatch_flags.h"
+#include "cli/model_flags.h"
 #include "cli/verbs.h"
 #include "common/error.h"
 #include "common/parallel.h"
@@ -17,38 +18,21 @@ namespace {
 
 int run_eval(int argc, char** argv) {
   CLI::App app{"Perplexity of a model directory over a text file (consecutive windows, each from an empty cache)"};
-  std::string dir, file, sem, nll_out;
+  std::string dir, file, nll_out;
   int64_t window = 512, max_tokens = 0;
-  bool verbose = false, json = false;
-  int threads = 0;
-  nvfp4::cli::DispatchFlags df;
+  bool json = false;
+  nvfp4::cli::ModelFlags mf;
   app.add_option("-m,--model", dir, "model directory")->required();
   app.add_option("-f,--file", file, "text file (UTF-8)")->required();
-  app.add_option("--semantics", sem, "semantics of the quantized linears: w4a16, w4a4 or w4a4-vllm (default: dispatch)");
   app.add_option("--ctx", window, "window size in tokens (default 512)")->check(CLI::Range(int64_t(2), int64_t(1) << 20));
   app.add_option("--max-tokens", max_tokens, "score only the first N tokens of the file (0 = all)")->check(CLI::Range(int64_t(0), int64_t(1) << 40));
-  app.add_option("-t,--threads", threads, "CPU threads")->check(CLI::Range(0, 4096));
   app.add_option("--nll-out", nll_out, "write each scored token's negative log-likelihood (one per line) to this file");
   app.add_flag("--json", json, "print one JSON object instead of text");
-  app.add_flag("-v,--verbose", verbose, "debug logging");
-  std::string ops = "cpu";
-  nvfp4::cli::add_ops_flag(app, &ops);
-  nvfp4::cli::add_dispatch_flags(app, &df);
+  nvfp4::cli::add_model_flags(app, &mf);
   if (int rc = nvfp4::cli::parse(app, argc, argv); rc >= 0) return rc;
-  if (threads > 0) nvfp4::set_num_threads(threads);
-  const auto rep = nvfp4::cli::stderr_reporter(verbose);
+  nvfp4::model::LoadOptions lo = nvfp4::cli::model_load_options(mf);
+  const auto rep = nvfp4::cli::stderr_reporter(mf.verbose);
 
-  nvfp4::model::LoadOptions lo;
-  lo.overrides = nvfp4::cli::dispatch_overrides(df);
-  if (!sem.empty()) {
-    nvfp4::Semantics s;
-    if (!nvfp4::semantics_from_name(sem, &s)) {
-      throw nvfp4::UsageError("--semantics: invalid value '" + sem + "' (valid: w4a16, w4a4, w4a4-vllm)");
-    }
-    lo.overrides.semantics = s;
-    lo.overrides.semantics_from = "--semantics " + sem;
-  }
-  lo.ops_on_device = ops == "cuda";
   lo.max_context = window;
   const auto tok = nvfp4::model::load_tokenizer(dir);
   const std::vector<int32_t> ids = nvfp4::model::tokenize_text_file(tok, file, max_tokens);
@@ -78,7 +62,7 @@ int run_eval(int argc, char** argv) {
     j["seconds"] = r.seconds;
     j["tokens_per_second"] = tps;
     j["linears"] = how;
-    j["ops"] = ops;
+    j["ops"] = mf.ops;
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("perplexity %.4f over %lld tokens (%lld windows of <= %lld), %.1f tokens/s; linears: %s\n",

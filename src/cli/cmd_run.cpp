@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "cli/dispatch_flags.h"
+#include "cli/model_flags.h"
 #include "cli/verbs.h"
 #include "common/error.h"
 #include "common/parallel.h"
@@ -22,12 +23,11 @@ double ms_since(clk::time_point t) { return std::chrono::duration<double, std::m
 
 int run_generate(int argc, char** argv) {
   CLI::App app{"Generate text with a Llama-family model directory (bf16/fp16/fp32 or NVFP4)"};
-  std::string dir, prompt, system, sem;
+  std::string dir, prompt, system;
   int64_t n_predict = 64, ctx = 2048;
-  bool chat = false, verbose = false, raw = false, print_tokens = false, ignore_eos = false;
-  int threads = 0;
+  bool chat = false, raw = false, print_tokens = false, ignore_eos = false;
   nvfp4::model::SamplerOptions so;
-  nvfp4::cli::DispatchFlags df;
+  nvfp4::cli::ModelFlags mf;
   app.add_option("-m,--model", dir, "model directory")->required();
   app.add_option("-p,--prompt", prompt, "prompt text")->required();
   app.add_option("-n,--n-predict", n_predict, "tokens to generate (default 64)")->check(CLI::Range(int64_t(0), int64_t(1) << 20));
@@ -38,25 +38,15 @@ int run_generate(int argc, char** argv) {
   app.add_option("--top-k", so.top_k, "top-k cut; 0 = none (default 40)")->check(CLI::Range(0, 1 << 30));
   app.add_option("--top-p", so.top_p, "nucleus cut; 1 = none (default 0.95)")->check(CLI::Range(0.0f, 1.0f));
   app.add_option("--ctx", ctx, "context (KV cache) size in tokens (default 2048)")->check(CLI::Range(int64_t(2), int64_t(1) << 20));
-  app.add_option("-t,--threads", threads, "CPU threads (default: NVFP4_NUM_THREADS or all cores)")->check(CLI::Range(0, 4096));
-  app.add_option("--semantics", sem, "semantics of the quantized linears: w4a16, w4a4 or w4a4-vllm (default: dispatch)");
   app.add_flag("--ignore-eos", ignore_eos, "keep generating after an end-of-sequence token (speed measurements)");
   app.add_flag("--raw", raw, "print special tokens too");
   app.add_flag("--print-tokens", print_tokens,
                "print the prompt's token ids (after --chat) as a JSON list and exit without loading the weights");
-  app.add_flag("-v,--verbose", verbose, "debug logging");
-  std::string ops = "cpu";
-  nvfp4::cli::add_ops_flag(app, &ops);
-  nvfp4::cli::add_dispatch_flags(app, &df);
+  nvfp4::cli::add_model_flags(app, &mf);
   if (int rc = nvfp4::cli::parse(app, argc, argv); rc >= 0) return rc;
-  if (threads > 0) nvfp4::set_num_threads(threads);
-  const auto rep = nvfp4::cli::stderr_reporter(verbose);
+  nvfp4::model::LoadOptions lo = nvfp4::cli::model_load_options(mf);  // validates the flags up front
+  const auto rep = nvfp4::cli::stderr_reporter(mf.verbose);
 
-  nvfp4::Semantics semantics = nvfp4::Semantics::W4A16;
-  if (!sem.empty() && !nvfp4::semantics_from_name(sem, &semantics)) {
-    throw nvfp4::UsageError("--semantics: invalid value '" + sem + "' (valid: w4a16, w4a4, w4a4-vllm)");
-  }
-  const nvfp4::Overrides dispatch = nvfp4::cli::dispatch_overrides(df);  // validates the flags up front
   const auto t_load = clk::now();
   auto tok = nvfp4::model::load_tokenizer(dir);
 
@@ -81,13 +71,6 @@ int run_generate(int argc, char** argv) {
     return 0;
   }
   if (ids.empty()) throw nvfp4::UsageError("the prompt encodes to no tokens");
-  nvfp4::model::LoadOptions lo;
-  lo.overrides = dispatch;
-  if (!sem.empty()) {
-    lo.overrides.semantics = semantics;
-    lo.overrides.semantics_from = "--semantics " + sem;
-  }
-  lo.ops_on_device = ops == "cuda";
   lo.max_context = ctx;
   auto model = nvfp4::model::LlamaModel::load(dir, lo, rep);
   const double load_ms = ms_since(t_load);
