@@ -52,7 +52,8 @@ if [ ! -f "$build/build.ninja" ] || [ -n "${NVFP4_CUDA_ARCHS:-}${NVFP4_ENABLE_CU
   cmake "${cfg[@]}" >"$build.configure.log" 2>&1 || { cat "$build.configure.log" >&2; exit 1; }
 fi
 # Compiler output goes to a log; on failure its tail is shown and the script fails.
-if ! ninja -C "$build" -n 2>/dev/null | grep -q "no work to do"; then
+# (ninja's dry run always reports work here: it cannot re-check the CONFIGURE_DEPENDS globs without running.)
+if [ ! -x "$build/bin/nvfp4" ] || [ -n "$(find src tests bench CMakeLists.txt -newer "$build/bin/nvfp4" -type f 2>/dev/null | head -1)" ]; then
   echo "setup: building in $build/ (the first build takes several minutes on 2 cores)" >&2
 fi
 if ! cmake --build "$build" -j "$(nproc)" >"$build.build.log" 2>&1; then
