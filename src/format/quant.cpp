@@ -111,10 +111,15 @@ Nvfp4Matrix ct_quantize(const float* w, int64_t rows, int64_t cols, DType t, flo
   return q;
 }
 
+float modelopt_global_dec(float amax) { return amax > 0.0f ? amax / kFp4TimesFp8Max : 1.0f; }
+
 Nvfp4Matrix modelopt_quantize(const float* w, int64_t rows, int64_t cols) {
+  return modelopt_quantize(w, rows, cols, abs_max(w, rows * cols));
+}
+
+Nvfp4Matrix modelopt_quantize(const float* w, int64_t rows, int64_t cols, float amax) {
   check_cols(cols, "modelopt_quantize");
-  const float amax = abs_max(w, rows * cols);
-  const float dec = amax > 0.0f ? amax / kFp4TimesFp8Max : 1.0f;
+  const float dec = modelopt_global_dec(amax);
   Nvfp4Matrix q;
   q.resize(rows, cols);
   q.global = GlobalScale::from_dec(dec);

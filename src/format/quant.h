@@ -62,8 +62,14 @@ float ct_global_enc(float amax, DType t);
 Nvfp4Matrix ct_quantize(const float* w, int64_t rows, int64_t cols, DType t, float gs_enc);
 
 // ---- ModelOpt weight writer ---------------------------------------------------------------------------
-// D = f32(amax / 2688) (1.0 when amax == 0); S = e4m3(clamp(f32(amax_g / f32(6·D)))), zero blocks use 1.0;
-// q = e2m1(clamp(f32(x / f32(S·D)))). Output global = from_dec(D).
+// ModelOpt's per-tensor factor (weight_scale_2, input_scale): D = f32(amax / 2688), 1.0 when amax == 0.
+float modelopt_global_dec(float amax);
+// D = modelopt_global_dec(amax); S = e4m3(clamp(f32(amax_g / f32(6·D)))), zero blocks use 1.0;
+// q = e2m1(clamp(f32(x / f32(S·D)))). Output global = from_dec(D). `amax` is max|w| of this tensor, or for a
+// fused set (q/k/v, gate/up) the largest amax of the set: ModelOpt's export gives a fused set one
+// weight_scale_2, and vLLM reads one per fused layer.
+Nvfp4Matrix modelopt_quantize(const float* w, int64_t rows, int64_t cols, float amax);
+// Same with amax = max|w| of this tensor.
 Nvfp4Matrix modelopt_quantize(const float* w, int64_t rows, int64_t cols);
 
 // ---- run-time activation quantizer (SPEC §4), bit-exact with vLLM's kernel and reference ---------------

@@ -194,13 +194,16 @@ QuantizeSummary quantize_model(const std::string& in, const std::string& out, co
       }
     }
   }
-  auto weight_gs_enc = [&](const std::string& name, DType t) {
+  // The amax a weight's global scale comes from: the largest of its fused set (both formats share one global
+  // scale per fused set), else its own; and the dtype it is rounded in (compressed-tensors).
+  auto scale_amax = [&](const std::string& name, DType t) -> std::pair<float, DType> {
     const std::string key = fused_set_key(name);
-    if (!key.empty()) {
-      const auto& sa = set_amax.at(key);
-      return ct_global_enc(sa.first, sa.second);
-    }
-    return ct_global_enc(amax.at(name), t);
+    if (!key.empty()) return set_amax.at(key);
+    return {amax.at(name), t};
+  };
+  auto weight_gs_enc = [&](const std::string& name, DType t) {
+    const auto [a, dt] = scale_amax(name, t);
+    return ct_global_enc(a, dt);
   };
   // Tensors of a source module that the converted set replaces.
   auto source_part = [&](const TensorView& v, std::string* module) {
@@ -262,14 +265,15 @@ QuantizeSummary quantize_model(const std::string& in, const std::string& out, co
         const std::vector<float> w = to_f32(v);
         const Nvfp4Matrix q = ct ? ct_quantize(w.data(), li.out_features, li.in_features, v.dtype,
                                                weight_gs_enc(module, v.dtype))
-                                 : modelopt_quantize(w.data(), li.out_features, li.in_features);
+                                 : modelopt_quantize(w.data(), li.out_features, li.in_features,
+                                                     scale_amax(module, v.dtype).first);
         GlobalScale input;
         if (w4a4) {
           const float a = opt.calib_amax.at(module);
           // Activations use the weights' rule: compressed-tensors rounds 2688/amax to the model dtype;
           // ModelOpt keeps f32(amax/2688), 1.0 when amax == 0.
           input = ct ? GlobalScale::from_enc(ct_global_enc(a, model_dtype))
-                     : GlobalScale::from_dec(a == 0.0f ? 1.0f : a / kFp4TimesFp8Max);
+                     : GlobalScale::from_dec(modelopt_global_dec(a));
         }
         names = emit_linear(wr, ct, module, q, w4a4, input);
         ++sum.quantized;

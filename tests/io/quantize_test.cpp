@@ -214,6 +214,39 @@ TEST(Quantize, W4A4NeedsCalibrationAndWritesInputScales) {
   }
 }
 
+TEST(Quantize, ModelOptFusedSetsShareOneWeightScale2) {
+  // ModelOpt's export gives q/k/v and gate/up one weight_scale_2 (from the set's largest amax), and vLLM reads
+  // one per fused layer: per-shard scales would mis-scale the shards whose amax is not the largest.
+  TmpDir d;
+  std::filesystem::create_directory(d / "in");
+  const Tiny t = write_tiny(d / "in");
+  QuantizeOptions opt;
+  opt.scheme = QuantScheme::NVFP4;
+  opt.format = CheckpointFormat::ModelOpt;
+  opt.calib_amax = calib_for(t);
+  quantize_model(d / "in", d / "out", opt);
+  auto ck = Checkpoint::open(d / "out");
+  ASSERT_EQ(ck->format(), CheckpointFormat::ModelOpt);
+  for (int l = 0; l < 2; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    auto amax = [&](const std::string& n) { return abs_max(t.w.at(p + n).data(), int64_t(t.w.at(p + n).size())); };
+    const float qkv = std::max({amax("self_attn.q_proj"), amax("self_attn.k_proj"), amax("self_attn.v_proj")});
+    const float gu = std::max(amax("mlp.gate_proj"), amax("mlp.up_proj"));
+    for (const char* n : kLinears) {
+      const std::string s(n), name = p + n;
+      const bool in_qkv = s == "self_attn.q_proj" || s == "self_attn.k_proj" || s == "self_attn.v_proj";
+      const bool in_gu = s == "mlp.gate_proj" || s == "mlp.up_proj";
+      const float set_amax = in_qkv ? qkv : in_gu ? gu : amax(n);
+      const LinearWeights w = ck->load_linear(name);
+      EXPECT_EQ(w.weight.global.dec, modelopt_global_dec(set_amax)) << name;
+      const Nvfp4Matrix ref = modelopt_quantize(t.w.at(name).data(), w.weight.rows, w.weight.cols, set_amax);
+      EXPECT_EQ(w.weight.codes, ref.codes) << name;
+      EXPECT_EQ(w.weight.scales, ref.scales) << name;
+      expect_within_quant_bound(t.w.at(name), w.weight, name);
+    }
+  }
+}
+
 TEST(Quantize, RefusesToOverwriteUnlessForced) {
   TmpDir d;
   std::filesystem::create_directory(d / "in");
