@@ -376,7 +376,7 @@ std::vector<float> to_f32(const TensorView& t) {
       for (int64_t i = 0; i < n; ++i) {
         uint16_t b;
         std::memcpy(&b, p + i * 2, 2);
-        out[i] = t.dtype == DType::F16 ? f16_to_f32(b) : bf16_to_f32(b);
+        out[i] = from_bits16(t.dtype, b);
       }
       break;
     case DType::F8_E4M3:
@@ -417,7 +417,7 @@ void SafetensorsWriter::add_f32(const std::string& name, DType dtype, std::vecto
     std::memcpy(bytes.data(), values, bytes.size());
   } else if (dtype == DType::F16 || dtype == DType::BF16) {
     for (int64_t i = 0; i < n; ++i) {
-      const uint16_t b = dtype == DType::F16 ? f32_to_f16(values[i]) : f32_to_bf16(values[i]);
+      const uint16_t b = to_bits16(dtype, values[i]);
       std::memcpy(bytes.data() + i * 2, &b, 2);
     }
   } else {
