@@ -61,6 +61,11 @@ inline float round_to(DType t, float x) {
   if (t == DType::F16) return f16_to_f32(f32_to_f16(x));
   return x;
 }
+// The output rule of every linear (SPEC §5): y = T(T(acc) + bias), or T(acc) when bias is null.
+inline float round_linear_output(DType t, float acc, const float* bias) {
+  const float r = round_to(t, acc);
+  return bias ? round_to(t, r + *bias) : r;
+}
 // Bit pattern of T(x) for a 16-bit T (F16 or BF16), and back.
 uint16_t to_bits16(DType t, float x);
 float from_bits16(DType t, uint16_t b);

@@ -518,8 +518,7 @@ void LlamaModel::forward_device(const int32_t* tokens, int64_t n, float* logits,
   }
   cuda_ops::rmsnorm(D.x.f() + first * H, D.final_norm.f(), rows, H, eps, act_, D.a.f(), nullptr);
   lin(*lm_head_, D.a.f(), rows, D.logits.f());
-  cuda_ops::synchronize(nullptr);
-  cuda_ops::copy_to_host(logits, D.logits.p, static_cast<size_t>(rows * V) * f);
+  cuda_ops::copy_to_host(logits, D.logits.p, static_cast<size_t>(rows * V) * f);  // waits for the work above
   pos_ += n;
 #endif
 }
@@ -565,11 +564,7 @@ void LlamaModel::run_linear(const Linear& l, const float* x, int64_t m, float* y
   const int64_t n = l.n;
   for (int64_t i = 0; i < m; ++i) {
     float* yi = y + i * n;
-    if (l.bias.empty()) {
-      for (int64_t j = 0; j < n; ++j) yi[j] = round_to(act_, yi[j]);
-    } else {
-      for (int64_t j = 0; j < n; ++j) yi[j] = round_to(act_, round_to(act_, yi[j]) + l.bias[j]);
-    }
+    for (int64_t j = 0; j < n; ++j) yi[j] = round_linear_output(act_, yi[j], l.bias.empty() ? nullptr : &l.bias[j]);
   }
 }
 
@@ -597,8 +592,7 @@ void LlamaModel::forward(const int32_t* tokens, int64_t n, float* logits, bool a
   std::vector<float> k(static_cast<size_t>(n * nkv * hd)), v(k.size());
   std::vector<float> g(static_cast<size_t>(n * I)), u(g.size());
   for (int64_t i = 0; i < n; ++i) {
-    const int32_t t = tokens[i];
-    if (t < 0 || t >= c.vocab) fail("token id " + std::to_string(t) + " outside the vocabulary of " + std::to_string(c.vocab));
+    const int32_t t = tokens[i];  // checked against the vocabulary in forward()
     float* xi = x.data() + i * H;
     if (act_ == DType::F32) {
       std::memcpy(xi, embed_f32_.data() + static_cast<size_t>(t) * H, H * 4);

@@ -73,9 +73,7 @@ std::vector<float> prepare_activations(const LinearWeights& w, Semantics s, DTyp
 }  // namespace
 
 uint16_t linear_output(DType act, float acc, const float* bias_n) {
-  float r = round_to(act, acc);
-  if (bias_n) r = round_to(act, r + *bias_n);
-  return to_bits16(act, r);
+  return to_bits16(act, round_linear_output(act, acc, bias_n));
 }
 
 CpuLinear::CpuLinear(const LinearWeights& w, Semantics s, DType act) : w_(w), sem_(s), act_(act) {
@@ -110,12 +108,8 @@ void CpuLinear::run(const uint16_t* x, int64_t m, uint16_t* y) const {
           o[1] = p[1] * s;
         }
       }
-      if (sem_ == Semantics::W4A4_VLLM) {  // w_dq = T(e2m1 · f32(S·D_w))
-        if (act_ == DType::BF16)
-          for (int64_t c = 0; c < k; ++c) wrow[c] = bf16_to_f32(f32_to_bf16(wrow[c]));
-        else
-          for (int64_t c = 0; c < k; ++c) wrow[c] = f16_to_f32(f32_to_f16(wrow[c]));
-      }
+      if (sem_ == Semantics::W4A4_VLLM)  // w_dq = T(e2m1 · f32(S·D_w))
+        for (int64_t c = 0; c < k; ++c) wrow[c] = round_to(act_, wrow[c]);
       const float* bias = w_.bias.empty() ? nullptr : &w_.bias[r];
       for (int64_t i = 0; i < m; ++i) {
         const float acc = dot(xf.data() + i * k, wrow.data(), k);

@@ -37,7 +37,7 @@ class CpuLinear {
 void cpu_linear_reference_f64(const LinearWeights& w, Semantics s, DType act, const uint16_t* x, int64_t m,
                               double* acc);
 
-// Final step shared by every executor's reference check: y = T( T(acc) + bias ) (bias in T), or T(acc).
+// Final step shared by every executor's reference check, as T bits: round_linear_output (format/numerics.h).
 uint16_t linear_output(DType act, float acc, const float* bias_n);
 
 }  // namespace nvfp4
