@@ -5,17 +5,25 @@
 #include <cstddef>
 #include <cstdint>
 
+// The inline functions below are also called from CUDA kernels (the activation quantizer writes swizzled
+// scales); under nvcc they are compiled for host and device. In plain C++ the macro is empty.
+#if defined(__CUDACC__)
+#define NVFP4_HOST_DEVICE __host__ __device__
+#else
+#define NVFP4_HOST_DEVICE
+#endif
+
 namespace nvfp4 {
 
-inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+NVFP4_HOST_DEVICE inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 // Padded sizes of the swizzled layout: rows to a multiple of 128, scale columns to a multiple of 4.
-inline int64_t swizzled_rows(int64_t rows) { return round_up(rows, 128); }
-inline int64_t swizzled_cols(int64_t cols) { return round_up(cols, 4); }
-inline int64_t swizzled_bytes(int64_t rows, int64_t cols) { return swizzled_rows(rows) * swizzled_cols(cols); }
+NVFP4_HOST_DEVICE inline int64_t swizzled_rows(int64_t rows) { return round_up(rows, 128); }
+NVFP4_HOST_DEVICE inline int64_t swizzled_cols(int64_t cols) { return round_up(cols, 4); }
+NVFP4_HOST_DEVICE inline int64_t swizzled_bytes(int64_t rows, int64_t cols) { return swizzled_rows(rows) * swizzled_cols(cols); }
 
 // Byte offset of entry (r, c) in the swizzled layout whose padded column count is cols_padded.
-inline int64_t swizzled_offset(int64_t r, int64_t c, int64_t cols_padded) {
+NVFP4_HOST_DEVICE inline int64_t swizzled_offset(int64_t r, int64_t c, int64_t cols_padded) {
   return ((r / 128) * (cols_padded / 4) + c / 4) * 512 + (r % 32) * 16 + ((r % 128) / 32) * 4 + (c % 4);
 }
 

@@ -2,7 +2,6 @@
 // weight_layout.h, uploaded once) and the dispatch between the fused kernel (small M) and the large-M path
 // (weight tiles dequantized into a bounded workspace, then cuBLAS with f32 compute).
 #include "backends/cuda/cuda_util.cuh"
-// (cuda_util.cuh first, see there.)
 #include <cublas_v2.h>
 
 #include <algorithm>

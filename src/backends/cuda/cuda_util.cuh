@@ -1,5 +1,5 @@
-// Shared device-side helpers of the CUDA executor: error checks, the NVFP4 codecs as bit operations,
-// and the swizzle formula of format/swizzle.h made callable from device code.
+// Shared device-side helpers of the CUDA executor: error checks (cuda_check.h), the NVFP4 codecs as bit
+// operations, and format/swizzle.h (callable from device code).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -12,20 +12,10 @@
 #include "backends/cuda/dequant_bits.h"
 #include "common/error.h"
 
-// format/swizzle.h is the one definition of the 128x4 swizzle. Its inline functions are plain C++; to call
-// them from kernels they are compiled here as __host__ __device__ (only its inline functions are affected).
-#define NVFP4_SWIZZLE_HD_INLINE __host__ __device__ inline
-#pragma push_macro("inline")
-#define inline NVFP4_SWIZZLE_HD_INLINE
-#include "format/swizzle.h"
-#pragma pop_macro("inline")
+#include "backends/cuda/cuda_check.h"
+#include "format/swizzle.h"  // host/device inline functions under nvcc
 
 namespace nvfp4::cuda::detail {
-
-inline void check_cuda(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) fail(std::string("cuda: ") + what + ": " + cudaGetErrorString(e));
-}
-#define NVFP4_CUDA_CHECK(expr) ::nvfp4::cuda::detail::check_cuda((expr), #expr)
 
 // e4m3 (e4m3fn) byte -> f32, exact; 0x7F/0xFF -> NaN. (code & 0x7F) << 20 places exponent and mantissa in
 // the f32 fields, giving value · 2^-120 (subnormal e4m3 become f32 subnormals); the multiply restores it.

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "common/error.h"
+#include "backends/cuda/cuda_check.h"
 
 namespace nvfp4::cuda {
 
@@ -27,21 +27,17 @@ struct DeviceBuffer {
     bytes = 0;
     if (n == 0) return;
     void* q = nullptr;
-    check(cudaMalloc(&q, n), "cudaMalloc");
+    detail::check_cuda(cudaMalloc(&q, n), "cudaMalloc");
     p = static_cast<P*>(q);
     bytes = n;
   }
   // alloc(n), then copies n bytes from the host.
   void upload(const void* src, size_t n) {
     alloc(n);
-    if (n) check(cudaMemcpy(p, src, n, cudaMemcpyHostToDevice), "cudaMemcpy (upload)");
+    if (n) detail::check_cuda(cudaMemcpy(p, src, n, cudaMemcpyHostToDevice), "cudaMemcpy (upload)");
   }
   uint8_t* u8() const { return reinterpret_cast<uint8_t*>(p); }
 
- private:
-  static void check(cudaError_t e, const char* what) {
-    if (e != cudaSuccess) fail(std::string("cuda: ") + what + ": " + cudaGetErrorString(e));
-  }
 };
 
 }  // namespace nvfp4::cuda

@@ -2,7 +2,6 @@
 // f32 operation is an explicitly rounded intrinsic (no FMA contraction), the reciprocals are IEEE
 // divisions, and E2M1/E4M3 rounding is done in software (sm_90 has no FP4 convert instruction).
 #include "backends/cuda/cuda_util.cuh"
-// (cuda_util.cuh first: it makes format/swizzle.h's inline functions callable from device code.)
 #include "backends/cuda/quantize.cuh"
 #include "backends/cuda/weight_layout.h"
 
