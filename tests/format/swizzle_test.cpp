@@ -31,7 +31,9 @@ TEST(Swizzle, RoundTripAndZeroPaddingAtAwkwardShapes) {
           ASSERT_TRUE(used.insert(off).second) << "two entries at byte " << off;
         }
       for (int64_t b = 0; b < swizzled_bytes(rows, cols); ++b)
-        if (!used.count(b)) ASSERT_EQ(sw[b], 0) << "padding byte " << b << " of " << rows << "x" << cols;
+        if (!used.count(b)) {
+          ASSERT_EQ(sw[b], 0) << "padding byte " << b << " of " << rows << "x" << cols;
+        }
     }
   }
 }

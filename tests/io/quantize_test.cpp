@@ -43,7 +43,8 @@ Tiny write_tiny(const std::string& dir, bool sharded = false) {
                            : (s == "self_attn.k_proj" || s == "self_attn.v_proj") ? 32 : H;
       const int64_t cols = s == "mlp.down_proj" ? I : H;
       // Different spreads so that the fused sets' largest amax is not always the first member.
-      t.w[name] = testing::bf16_weights(rows, cols, seed++, 0.02f * static_cast<float>(1 + seed % 3));
+      const auto sd = seed++;
+      t.w[name] = testing::bf16_weights(rows, cols, sd, 0.02f * static_cast<float>(1 + sd % 3));
       t.shape[name] = {rows, cols};
       wr.add_f32(name + ".weight", DType::BF16, {rows, cols}, t.w[name].data());
     }
@@ -98,7 +99,9 @@ void expect_within_quant_bound(const std::vector<float>& x, const Nvfp4Matrix& q
       const double t = static_cast<double>(s) * q.global.dec;
       double amax_g = 0;
       for (int j = 0; j < kGroupSize; ++j) amax_g = std::max(amax_g, std::fabs(double(x[r * q.cols + g * 16 + j])));
-      if (amax_g > 0 && s >= 0.015625f) ASSERT_GE(6 * t, amax_g * (1 - 1.0 / 16) * (1 - 1.0 / 256)) << what;
+      if (amax_g > 0 && s >= 0.015625f) {
+        ASSERT_GE(6 * t, amax_g * (1 - 1.0 / 16) * (1 - 1.0 / 256)) << what;
+      }
       for (int j = 0; j < kGroupSize; ++j) {
         const size_t i = static_cast<size_t>(r * q.cols + g * 16 + j);
         const double ax = std::fabs(double(x[i]));
