@@ -16,6 +16,7 @@
 
 #include "common/error.h"
 #include "format/numerics.h"
+#include "io/file_util.h"
 
 namespace nvfp4::io {
 
@@ -56,29 +57,7 @@ std::string read_text_file(const std::string& path) {
 }
 
 void write_text_file_atomic(const std::string& path, const std::string& text) {
-  const fs::path target(path);
-  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  std::string tmpl = (dir / ("." + target.filename().string() + ".tmp.XXXXXX")).string();
-  const int fd = mkstemp(tmpl.data());
-  if (fd < 0) fail("cannot create a temporary file next to '" + path + "': " + std::strerror(errno));
-  size_t off = 0;
-  bool ok = true;
-  while (off < text.size()) {
-    const ssize_t w = ::write(fd, text.data() + off, text.size() - off);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) {
-      ok = false;
-      break;
-    }
-    off += static_cast<size_t>(w);
-  }
-  ok = (::close(fd) == 0) && ok;
-  if (ok) ::chmod(tmpl.c_str(), 0644);
-  if (!ok || std::rename(tmpl.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    ::unlink(tmpl.c_str());
-    fail("cannot write '" + path + "': " + std::strerror(e));
-  }
+  write_file_atomic(path, {{text.data(), text.size()}});
 }
 
 namespace {

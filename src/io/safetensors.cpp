@@ -16,6 +16,7 @@
 
 #include "common/error.h"
 #include "format/numerics.h"
+#include "io/file_util.h"
 
 namespace nvfp4::io {
 
@@ -455,38 +456,9 @@ void SafetensorsWriter::write(const std::string& path) const {
   uint64_t n = text.size();
   for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(n >> (8 * i));
 
-  const fs::path target(path);
-  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  std::string tmpl = (dir / ("." + target.filename().string() + ".tmp.XXXXXX")).string();
-  const int fd = mkstemp(tmpl.data());
-  if (fd < 0) fail("cannot create a temporary file next to '" + path + "': " + std::strerror(errno));
-  auto write_all = [&](const void* p, size_t sz) {
-    const uint8_t* b = static_cast<const uint8_t*>(p);
-    while (sz > 0) {
-      const ssize_t w = ::write(fd, b, sz);
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        return false;
-      }
-      b += w;
-      sz -= static_cast<size_t>(w);
-    }
-    return true;
-  };
-  bool ok = write_all(len, 8) && write_all(text.data(), text.size());
-  for (const auto& kv : entries_) {
-    if (!ok) break;
-    ok = write_all(kv.second.bytes.data(), kv.second.bytes.size());
-  }
-  const int err = errno;
-  ok = ok && fsync(fd) == 0;
-  ok = (::close(fd) == 0) && ok;
-  if (ok) ::chmod(tmpl.c_str(), 0644);
-  if (!ok || std::rename(tmpl.c_str(), path.c_str()) != 0) {
-    const int e2 = errno ? errno : err;
-    ::unlink(tmpl.c_str());
-    fail("cannot write safetensors file '" + path + "': " + std::strerror(e2));
-  }
+  std::vector<std::pair<const void*, size_t>> chunks = {{len, 8}, {text.data(), text.size()}};
+  for (const auto& kv : entries_) chunks.emplace_back(kv.second.bytes.data(), kv.second.bytes.size());
+  write_file_atomic(path, chunks);
 }
 
 }  // namespace nvfp4::io

@@ -1,0 +1,14 @@
+// Small file helpers of the io layer.
+#pragma once
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace nvfp4::io {
+
+// Writes the byte ranges `chunks`, in order, to `path` atomically: a temporary file in the same folder, fsync,
+// rename. Throws nvfp4::Error naming the path; leaves no temporary file behind on failure.
+void write_file_atomic(const std::string& path, const std::vector<std::pair<const void*, size_t>>& chunks);
+
+}  // namespace nvfp4::io
