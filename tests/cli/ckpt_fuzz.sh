@@ -17,7 +17,7 @@ fi
 inc=()
 for d in /usr/include /usr/local/include; do [ -f "$d/nlohmann/json.hpp" ] && inc+=(-I"$d"); done
 if ! "$cxx" -std=c++17 -g -O1 -fsanitize=fuzzer,address -I"$root/src" "${inc[@]}" \
-     "$root/fuzz/safetensors_header_fuzz.cpp" "$root/src/io/safetensors.cpp" "$root/src/common/dtype.cpp" \
+     "$root/fuzz/safetensors_header_fuzz.cpp" "$root/src/io/safetensors.cpp" "$root/src/io/file_util.cpp" "$root/src/common/dtype.cpp" \
      "$root/src/format/numerics.cpp" -o "$work/fuzz" 2>"$work/build.log"; then
   echo "FAIL: fuzz target does not build"; cat "$work/build.log"; exit 1
 fi
