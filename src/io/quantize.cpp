@@ -15,10 +15,12 @@
 #include "common/error.h"
 #include "format/numerics.h"
 #include "format/quant.h"
+#include "io/file_util.h"
 
 namespace nvfp4::io {
 
 namespace fs = std::filesystem;
+using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
 namespace {
@@ -71,33 +73,127 @@ std::string fmt_float(float v) {
   return b;
 }
 
-// Adds the tensors of one quantized linear in the target layout; returns their names.
-std::vector<std::string> emit_linear(SafetensorsWriter& wr, bool ct, const std::string& module, const Nvfp4Matrix& q,
+// One output .safetensors file, built so that nothing is copied twice: pass-through tensors are borrowed from
+// the memory-mapped input and written straight from the mapping; quantized tensors are moved in. The bytes
+// are those of SafetensorsWriter::write (tensors sorted by name, data in that order, header = nlohmann::json
+// dump with "__metadata__" {"format": "pt"}, padded with spaces to a multiple of 8); the Quantize tests check
+// the output against SafetensorsWriter byte for byte.
+class ShardWriter {
+ public:
+  // `v` must stay mapped until write() returns (the input Checkpoint outlives the writer).
+  void borrow(const TensorView& v) { put(v.name, Entry{v.dtype, v.shape, v.data, v.nbytes, {}}); }
+  void own(const std::string& name, DType dtype, std::vector<int64_t> shape, std::vector<uint8_t> bytes) {
+    Entry e{dtype, std::move(shape), nullptr, bytes.size(), std::move(bytes)};
+    e.data = e.owned.data();
+    put(name, std::move(e));
+  }
+  void own_f32(const std::string& name, std::vector<int64_t> shape, float value) {
+    std::vector<uint8_t> b(4);
+    std::memcpy(b.data(), &value, 4);
+    own(name, DType::F32, std::move(shape), std::move(b));
+  }
+  uint64_t data_bytes() const {
+    uint64_t n = 0;
+    for (const auto& kv : entries_) n += kv.second.nbytes;
+    return n;
+  }
+  void write(const std::string& path) const {
+    json h = json::object();
+    h["__metadata__"] = json::object({{"format", "pt"}});
+    uint64_t off = 0;
+    for (const auto& [name, e] : entries_) {  // std::map: sorted by name; data in the same order
+      json t;
+      t["dtype"] = dtype_name(e.dtype);
+      t["shape"] = e.shape;
+      t["data_offsets"] = {off, off + e.nbytes};
+      off += e.nbytes;
+      h[name] = std::move(t);
+    }
+    std::string text = h.dump();
+    while (text.size() % 8) text += ' ';  // data buffer starts 8-byte aligned
+    uint8_t len[8];
+    const uint64_t n = text.size();
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(n >> (8 * i));
+    std::vector<std::pair<const void*, size_t>> chunks = {{len, 8}, {text.data(), text.size()}};
+    for (const auto& kv : entries_) chunks.emplace_back(kv.second.data, kv.second.nbytes);
+    write_file_atomic(path, chunks);
+  }
+
+ private:
+  struct Entry {
+    DType dtype;
+    std::vector<int64_t> shape;
+    const uint8_t* data;          // the mapped input, or owned.data()
+    size_t nbytes;
+    std::vector<uint8_t> owned;   // empty for a borrowed tensor
+  };
+  void put(const std::string& name, Entry e) {
+    if (name.empty() || name == "__metadata__") fail("cannot write a tensor named '" + name + "'");
+    uint64_t want = dtype_size(e.dtype);
+    for (int64_t d : e.shape) want *= static_cast<uint64_t>(d);
+    if (want != e.nbytes)
+      fail("tensor '" + name + "' of " + dtype_name(e.dtype) + " needs " + std::to_string(want) + " bytes, got " +
+           std::to_string(e.nbytes));
+    if (!entries_.emplace(name, std::move(e)).second) fail("tensor '" + name + "' added twice to a safetensors file");
+  }
+  std::map<std::string, Entry> entries_;
+};
+
+// Adds the tensors of one quantized linear in the target layout (codes and block scales moved in); returns
+// their names.
+std::vector<std::string> emit_linear(ShardWriter& wr, bool ct, const std::string& module, Nvfp4Matrix&& q,
                                      bool has_input, const GlobalScale& input) {
   const int64_t n = q.rows, k = q.cols;
   std::vector<std::string> names;
   if (ct) {
     // compressed-tensors stores the divisor form (2688 / amax).
-    wr.add(module + ".weight_packed", DType::U8, {n, k / 2}, q.codes.data(), q.codes.size());
-    wr.add(module + ".weight_scale", DType::F8_E4M3, {n, k / kGroupSize}, q.scales.data(), q.scales.size());
-    wr.add(module + ".weight_global_scale", DType::F32, {1}, &q.global.enc, 4);
+    wr.own(module + ".weight_packed", DType::U8, {n, k / 2}, std::move(q.codes));
+    wr.own(module + ".weight_scale", DType::F8_E4M3, {n, k / kGroupSize}, std::move(q.scales));
+    wr.own_f32(module + ".weight_global_scale", {1}, q.global.enc);
     names = {module + ".weight_packed", module + ".weight_scale", module + ".weight_global_scale"};
     if (has_input) {
-      wr.add(module + ".input_global_scale", DType::F32, {1}, &input.enc, 4);
+      wr.own_f32(module + ".input_global_scale", {1}, input.enc);
       names.push_back(module + ".input_global_scale");
     }
   } else {
     // ModelOpt stores the multiplier form (amax / 2688).
-    wr.add(module + ".weight", DType::U8, {n, k / 2}, q.codes.data(), q.codes.size());
-    wr.add(module + ".weight_scale", DType::F8_E4M3, {n, k / kGroupSize}, q.scales.data(), q.scales.size());
-    wr.add(module + ".weight_scale_2", DType::F32, {}, &q.global.dec, 4);
+    wr.own(module + ".weight", DType::U8, {n, k / 2}, std::move(q.codes));
+    wr.own(module + ".weight_scale", DType::F8_E4M3, {n, k / kGroupSize}, std::move(q.scales));
+    wr.own_f32(module + ".weight_scale_2", {}, q.global.dec);
     names = {module + ".weight", module + ".weight_scale", module + ".weight_scale_2"};
     if (has_input) {
-      wr.add(module + ".input_scale", DType::F32, {}, &input.dec, 4);
+      wr.own_f32(module + ".input_scale", {}, input.dec);
       names.push_back(module + ".input_scale");
     }
   }
   return names;
+}
+
+// max |w| over `n` decoded values of tensor `w` starting at element `first`; a non-finite value is an error.
+float finite_abs_max(const TensorView& w, const float* v, size_t n, size_t first) {
+  for (size_t i = 0; i < n; ++i)
+    if (!std::isfinite(v[i]))
+      fail("tensor '" + w.name + "' in '" + *w.file + "' has a non-finite value at element " +
+           std::to_string(first + i));
+  return abs_max(v, static_cast<int64_t>(n));
+}
+
+// max |w| of a 2-D weight, decoded a block of rows at a time (bounded memory, no whole-tensor copy). Used for
+// the members of fused sets, whose global scale must be known before any member is quantized.
+float streamed_abs_max(const TensorView& w) {
+  const int64_t rows = w.shape[0], cols = w.shape[1];
+  const size_t esize = dtype_size(w.dtype);
+  const int64_t block = std::max<int64_t>(1, (int64_t{1} << 20) / std::max<int64_t>(cols, 1));
+  float a = 0;
+  for (int64_t r0 = 0; r0 < rows; r0 += block) {
+    TensorView part = w;
+    part.shape = {std::min(block, rows - r0), cols};
+    part.data = w.data + static_cast<size_t>(r0 * cols) * esize;
+    part.nbytes = static_cast<size_t>(part.shape[0] * cols) * esize;
+    const std::vector<float> v = to_f32(part);
+    a = std::max(a, finite_abs_max(w, v.data(), v.size(), static_cast<size_t>(r0 * cols)));
+  }
+  return a;
 }
 
 bool has_suffix(const std::string& s, const char* suf, std::string* module) {
@@ -175,35 +271,27 @@ QuantizeSummary quantize_model(const std::string& in, const std::string& out, co
       if (!todo.count(kv.first)) rep.warn("calibration entry '" + kv.first + "' matches no quantized module");
   }
 
-  // ---- pass 1: amax per weight (exact), and the largest amax of each fused set ----
-  std::map<std::string, float> amax;
+  // ---- fused sets: the largest amax of each set, before any member is quantized ----
+  // A weight in no fused set needs only its own amax, taken from the values decoded for quantizing it (one
+  // decode per weight). A fused set's global scale needs the amax of every member first, so its members are
+  // scanned here once more, a block of rows at a time.
   std::map<std::string, std::pair<float, DType>> set_amax;  // fused set -> (largest amax, its dtype)
   if (!convert) {
     for (const auto& [name, li] : todo) {
-      const TensorView& w = tm.get(name + ".weight");
-      const std::vector<float> v = to_f32(w);
-      for (size_t i = 0; i < v.size(); ++i)
-        if (!std::isfinite(v[i]))
-          fail("tensor '" + w.name + "' in '" + *w.file + "' has a non-finite value at element " + std::to_string(i));
-      const float a = abs_max(v.data(), static_cast<int64_t>(v.size()));
-      amax[name] = a;
       const std::string key = fused_set_key(name);
-      if (!key.empty()) {
-        auto it = set_amax.find(key);
-        if (it == set_amax.end() || a > it->second.first) set_amax[key] = {a, w.dtype};
-      }
+      if (key.empty()) continue;
+      const TensorView& w = tm.get(name + ".weight");
+      const float a = streamed_abs_max(w);
+      auto it = set_amax.find(key);
+      if (it == set_amax.end() || a > it->second.first) set_amax[key] = {a, w.dtype};
     }
   }
   // The amax a weight's global scale comes from: the largest of its fused set (both formats share one global
-  // scale per fused set), else its own; and the dtype it is rounded in (compressed-tensors).
-  auto scale_amax = [&](const std::string& name, DType t) -> std::pair<float, DType> {
+  // scale per fused set), else its own (`own`, of dtype t); and the dtype it is rounded in (compressed-tensors).
+  auto scale_amax = [&](const std::string& name, float own, DType t) -> std::pair<float, DType> {
     const std::string key = fused_set_key(name);
     if (!key.empty()) return set_amax.at(key);
-    return {amax.at(name), t};
-  };
-  auto weight_gs_enc = [&](const std::string& name, DType t) {
-    const auto [a, dt] = scale_amax(name, t);
-    return ct_global_enc(a, dt);
+    return {own, t};
   };
   // Tensors of a source module that the converted set replaces.
   auto source_part = [&](const TensorView& v, std::string* module) {
@@ -232,14 +320,14 @@ QuantizeSummary quantize_model(const std::string& in, const std::string& out, co
     const fs::path src(f->path());
     model_files.insert(canonical_loose(src).string());
     const std::string shard = tm.sharded() ? src.filename().string() : std::string("model.safetensors");
-    SafetensorsWriter wr;
+    ShardWriter wr;
     for (const TensorView& v : f->tensors()) {
       sum.in_bytes += v.nbytes;
       std::string module;
       std::vector<std::string> names;
       if (convert) {
         if (!source_part(v, &module)) {
-          wr.add(v.name, v.dtype, v.shape, v.data, v.nbytes);
+          wr.borrow(v);
           new_weight_map[v.name] = shard;
           ++sum.copied;
           rep.step(v.name, ++done, total);
@@ -248,36 +336,37 @@ QuantizeSummary quantize_model(const std::string& in, const std::string& out, co
         const bool codes = v.name == module + (ck->format() == CheckpointFormat::CompressedTensors
                                                    ? ".weight_packed" : ".weight");
         if (codes) {
-          const LinearWeights lw = ck->load_linear(module, rep);
-          names = emit_linear(wr, ct, module, lw.weight, lw.has_input_scale, lw.input_global);
+          LinearWeights lw = ck->load_linear(module, rep);
+          names = emit_linear(wr, ct, module, std::move(lw.weight), lw.has_input_scale, lw.input_global);
           ++sum.quantized;
         }
         rep.step(v.name, ++done, total);
       } else {
         if (!has_suffix(v.name, ".weight", &module) || !todo.count(module)) {
-          wr.add(v.name, v.dtype, v.shape, v.data, v.nbytes);
+          wr.borrow(v);
           new_weight_map[v.name] = shard;
           ++sum.copied;
           rep.step(v.name, ++done, total);
           continue;
         }
         const LinearInfo& li = *todo.at(module);
-        const std::vector<float> w = to_f32(v);
-        const Nvfp4Matrix q = ct ? ct_quantize(w.data(), li.out_features, li.in_features, v.dtype,
-                                               weight_gs_enc(module, v.dtype))
-                                 : modelopt_quantize(w.data(), li.out_features, li.in_features,
-                                                     scale_amax(module, v.dtype).first);
+        const std::vector<float> w = to_f32(v);  // the only decode of a weight outside a fused set
+        const float own = fused_set_key(module).empty() ? finite_abs_max(v, w.data(), w.size(), 0) : 0.0f;
+        const auto [a, dt] = scale_amax(module, own, v.dtype);
+        Nvfp4Matrix q = ct ? ct_quantize(w.data(), li.out_features, li.in_features, v.dtype, ct_global_enc(a, dt))
+                           : modelopt_quantize(w.data(), li.out_features, li.in_features, a);
         GlobalScale input;
         if (w4a4) {
-          const float a = opt.calib_amax.at(module);
+          const float x = opt.calib_amax.at(module);
           // Activations use the weights' rule: compressed-tensors rounds 2688/amax to the model dtype;
           // ModelOpt keeps f32(amax/2688), 1.0 when amax == 0.
-          input = ct ? GlobalScale::from_enc(ct_global_enc(a, model_dtype))
-                     : GlobalScale::from_dec(modelopt_global_dec(a));
+          input = ct ? GlobalScale::from_enc(ct_global_enc(x, model_dtype))
+                     : GlobalScale::from_dec(modelopt_global_dec(x));
         }
-        names = emit_linear(wr, ct, module, q, w4a4, input);
+        const float gs_enc = q.global.enc;
+        names = emit_linear(wr, ct, module, std::move(q), w4a4, input);
         ++sum.quantized;
-        rep.step(v.name + " -> nvfp4 (global scale " + fmt_float(q.global.enc) + ")", ++done, total);
+        rep.step(v.name + " -> nvfp4 (global scale " + fmt_float(gs_enc) + ")", ++done, total);
       }
       for (const auto& nm : names) new_weight_map[nm] = shard;
     }

@@ -8,6 +8,11 @@
 // the directory (tokenizer, generation config) are copied, config.json gets a quantization_config
 // (and hf_quant_config.json is written for ModelOpt). Input shards map to output shards of the same names.
 //
+// Cost: a weight outside a fused set is decoded once (its amax comes from the values it is quantized from);
+// members of a fused set are scanned once more beforehand, a block of rows at a time, for the set's amax.
+// Pass-through tensors are written straight from the memory-mapped input, not copied; an output shard holds
+// in memory only its quantized tensors until it is written.
+//
 // The output is built in a temporary directory next to `out` and renamed into place only when complete;
 // on failure nothing is left behind. The input is never modified.
 #pragma once

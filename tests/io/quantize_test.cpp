@@ -329,6 +329,43 @@ TEST(Quantize, ShardedInputGivesShardedOutput) {
             std::string::npos);
 }
 
+// quantize writes its shards itself (pass-through tensors straight from the mapped input): every output shard
+// must be, byte for byte, what SafetensorsWriter writes for the same tensors.
+void expect_shards_as_safetensors_writer(const std::string& out, const std::string& scratch) {
+  auto m = SafetensorsModel::open(out);
+  ASSERT_FALSE(m->files().empty());
+  for (const auto& f : m->files()) {
+    SCOPED_TRACE(f->path());
+    SafetensorsWriter wr;
+    for (const auto& [k, v] : f->metadata())
+      if (k != "format") wr.set_metadata(k, v);
+    for (const TensorView& v : f->tensors()) wr.add(v.name, v.dtype, v.shape, v.data, v.nbytes);
+    wr.write(scratch);
+    const auto want = read_bytes(scratch), got = read_bytes(f->path());
+    EXPECT_GT(got.size(), 8u);
+    EXPECT_TRUE(got == want) << "differs from SafetensorsWriter's bytes (sizes " << got.size() << ", "
+                             << want.size() << ")";
+  }
+}
+
+TEST(Quantize, OutputShardsAreSafetensorsWriterBytes) {
+  TmpDir d;
+  std::filesystem::create_directory(d / "in");
+  const Tiny t = write_tiny(d / "in", /*sharded=*/true);
+  QuantizeOptions opt;
+  opt.scheme = QuantScheme::NVFP4;
+  opt.calib_amax = calib_for(t);
+  quantize_model(d / "in", d / "ct", opt);
+  expect_shards_as_safetensors_writer(d / "ct", d / "scratch.safetensors");
+  QuantizeOptions conv;
+  conv.format = CheckpointFormat::ModelOpt;
+  quantize_model(d / "ct", d / "mo", conv);
+  expect_shards_as_safetensors_writer(d / "mo", d / "scratch.safetensors");
+  opt.format = CheckpointFormat::ModelOpt;
+  quantize_model(d / "in", d / "mo2", opt);
+  expect_shards_as_safetensors_writer(d / "mo2", d / "scratch.safetensors");
+}
+
 TEST(Convert, CompressedTensorsToModelOptIsByteForByte) {
   TmpDir d;
   std::filesystem::create_directory(d / "in");
