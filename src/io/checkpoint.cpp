@@ -41,6 +41,12 @@ const char* scheme_name(QuantScheme s) {
   return "?";
 }
 
+const LinearTensorSuffixes& linear_tensor_suffixes(CheckpointFormat f) {
+  if (f == CheckpointFormat::CompressedTensors) return kCompressedTensorsSuffixes;
+  if (f == CheckpointFormat::ModelOpt) return kModelOptSuffixes;
+  fail(std::string("a ") + format_name(f) + " checkpoint has no quantized linear tensors");
+}
+
 // ---- small file helpers -----------------------------------------------------------------------------------
 
 std::string read_text_file(const std::string& path) {
@@ -263,6 +269,103 @@ bool looks_like_embedding(const std::string& module) {
 
 }  // namespace
 
+QuantizedLinearTensors check_quantized_linear(
+    const SafetensorsModel& t, const std::string& module, CheckpointFormat format,
+    const std::function<void(const std::string& tensor, const std::string& message, bool fatal)>& report) {
+  const LinearTensorSuffixes& sfx = linear_tensor_suffixes(format);
+  const bool ct = format == CheckpointFormat::CompressedTensors;
+  auto where = [](const TensorView& v) { return "tensor '" + v.name + "' in '" + *v.file + "'"; };
+  QuantizedLinearTensors r;
+  const TensorView& w = t.get(module + sfx.codes);
+  r.codes = &w;
+
+  // Codes: U8 [N, K/2], K % 16 == 0.
+  if (w.dtype != DType::U8) report(w.name, where(w) + " has dtype " + dtype_name(w.dtype) + ", expected U8", true);
+  const bool shaped = w.shape.size() == 2;
+  if (!shaped) {
+    report(w.name, where(w) + " has shape " + w.shape_str() + ", expected [N, K/2]", true);
+  } else {
+    r.out_features = w.shape[0];
+    r.in_features = w.shape[1] * 2;
+    if (r.in_features % kGroupSize != 0)
+      report(w.name, where(w) + ": K = " + std::to_string(r.in_features) + " (2 x " + std::to_string(w.shape[1]) +
+                         ") is not a multiple of 16", true);
+  }
+
+  // Block scales: present, F8_E4M3 [N, K/16] (their NaN bytes are judged with the global scale below).
+  const std::string sname = module + sfx.block_scales;
+  r.block_scales = t.find(sname);
+  if (!r.block_scales) {
+    report(sname, "missing tensor '" + sname + "': '" + *w.file + "' holds '" + w.name + "' but no block scales for it",
+           true);
+  } else {
+    const TensorView& s = *r.block_scales;
+    if (s.dtype != DType::F8_E4M3)
+      report(sname, where(s) + " has dtype " + dtype_name(s.dtype) + ", expected F8_E4M3", true);
+    if (shaped && (s.shape.size() != 2 || s.shape[0] != r.out_features || s.shape[1] * kGroupSize != r.in_features))
+      report(sname, where(s) + " has shape " + s.shape_str() + ", expected [" + std::to_string(r.out_features) + ", " +
+                        std::to_string(r.in_features / kGroupSize) + "]", true);
+    if (s.dtype == DType::F8_E4M3 || s.dtype == DType::U8)
+      for (size_t i = 0; i < s.nbytes; ++i) r.nan_block_scales += e4m3_is_nan(s.data[i]);
+  }
+
+  // Weight global scale: one value, valid in the format's direction.
+  const std::string gname = module + sfx.weight_global;
+  try {
+    r.has_weight_global = read_scalar(t, gname, &r.weight_global);
+  } catch (const Error& e) {
+    report(gname, e.what(), true);
+  }
+  if (!r.has_weight_global && !t.find(gname))
+    report(gname, "missing tensor '" + gname + "': '" + *w.file + "' holds '" + w.name + "' but no global scale for it",
+           true);
+  if (r.has_weight_global) {
+    const float g = r.weight_global;
+    const TensorView& gv = t.get(gname);
+    if (ct) {
+      // compressed-tensors stores the divisor form (2688 / amax): +inf is an older writer's all-zero tensor.
+      if (std::isnan(g) || g <= 0)
+        report(gname, where(gv) + " is " + fmt_float(g) + ", expected a positive value", true);
+      r.all_zero_weight = std::isinf(g) && g > 0;
+    } else {
+      // ModelOpt stores the multiplier form (amax / 2688): 0 is an all-zero tensor.
+      if (std::isnan(g) || g < 0 || std::isinf(g))
+        report(gname, where(gv) + " is " + fmt_float(g) + ", expected a finite value >= 0", true);
+      r.all_zero_weight = g == 0;
+    }
+    if (r.all_zero_weight)
+      report(gname, where(gv) + " is " + fmt_float(g) + " (older writer, all-zero weight): the layer computes zeros",
+             false);
+  }
+  if (r.nan_block_scales) {
+    const std::string what = where(*r.block_scales) + " has " + std::to_string(r.nan_block_scales) +
+                             " NaN block scales (0x7F)";
+    if (r.all_zero_weight) report(sname, what + "; loaded as 0 (all-zero weight)", false);
+    else if (r.has_weight_global)
+      report(sname, what + " with a finite global scale " + fmt_float(r.weight_global), true);
+    else report(sname, what, true);
+  }
+
+  // Input global scale (W4A4 only): one positive finite value.
+  const std::string iname = module + sfx.input_global;
+  try {
+    r.has_input_global = read_scalar(t, iname, &r.input_global);
+  } catch (const Error& e) {
+    report(iname, e.what(), true);
+  }
+  if (r.has_input_global && (!std::isfinite(r.input_global) || r.input_global <= 0))
+    report(iname, where(t.get(iname)) + " is " + fmt_float(r.input_global) + ", expected a positive finite value",
+           true);
+
+  // Bias: [N].
+  const std::string bname = module + kBiasSuffix;
+  r.bias = t.find(bname);
+  if (r.bias && shaped && (r.bias->shape.size() != 1 || r.bias->shape[0] != r.out_features))
+    report(bname, where(*r.bias) + " has shape " + r.bias->shape_str() + ", expected [" +
+                      std::to_string(r.out_features) + "]", true);
+  return r;
+}
+
 struct CheckpointBuilder {
   static void parse_quant(Checkpoint& c, const json& cfg, const std::string& cfg_path) {
     QuantConfig& q = c.quant_;
@@ -347,11 +450,11 @@ struct CheckpointBuilder {
 
   static void infer_format(Checkpoint& c) {
     for (const auto& n : c.tensors_->names()) {
-      if (ends_with(n, ".weight_packed")) {
+      if (ends_with(n, kCompressedTensorsSuffixes.codes)) {
         c.quant_.format = CheckpointFormat::CompressedTensors;
         break;
       }
-      if (ends_with(n, ".weight_scale_2")) {
+      if (ends_with(n, kModelOptSuffixes.weight_global)) {
         c.quant_.format = CheckpointFormat::ModelOpt;
         break;
       }
@@ -359,7 +462,8 @@ struct CheckpointBuilder {
     if (c.quant_.format == CheckpointFormat::Unquantized) return;
     bool w4a4 = false;
     for (const auto& n : c.tensors_->names())
-      if (ends_with(n, ".input_global_scale") || ends_with(n, ".input_scale")) w4a4 = true;
+      if (ends_with(n, kCompressedTensorsSuffixes.input_global) || ends_with(n, kModelOptSuffixes.input_global))
+        w4a4 = true;
     c.quant_.scheme = w4a4 ? QuantScheme::NVFP4 : QuantScheme::NVFP4A16;
     c.problems_.push_back({"", "no config.json: format inferred from the tensor names"});
   }
@@ -369,22 +473,23 @@ struct CheckpointBuilder {
     const SafetensorsModel& t = *c.tensors_;
     const bool ct = c.quant_.format == CheckpointFormat::CompressedTensors;
     const bool mo = c.quant_.format == CheckpointFormat::ModelOpt;
+    const LinearTensorSuffixes& sfx = ct ? kCompressedTensorsSuffixes : kModelOptSuffixes;
     std::set<std::string> seen;
     for (const auto& n : t.names()) {
       LinearInfo li;
       const TensorView& v = t.get(n);
-      if (ct && ends_with(n, ".weight_packed")) {
-        li.name = module_of(n, ".weight_packed");
-      } else if (mo && ends_with(n, ".weight") && v.dtype == DType::U8) {
-        li.name = module_of(n, ".weight");
-      } else if (ends_with(n, ".weight") && v.shape.size() == 2 && is_model_float(v.dtype)) {
-        li.name = module_of(n, ".weight");
+      if (ct && ends_with(n, kCompressedTensorsSuffixes.codes)) {
+        li.name = module_of(n, kCompressedTensorsSuffixes.codes);
+      } else if (mo && ends_with(n, kModelOptSuffixes.codes) && v.dtype == DType::U8) {
+        li.name = module_of(n, kModelOptSuffixes.codes);
+      } else if (ends_with(n, kWeightSuffix) && v.shape.size() == 2 && is_model_float(v.dtype)) {
+        li.name = module_of(n, kWeightSuffix);
         if (looks_like_embedding(li.name)) continue;
         li.scheme = QuantScheme::None;
         li.out_features = v.shape[0];
         li.in_features = v.shape[1];
         li.weight_dtype = v.dtype;
-        li.has_bias = t.find(li.name + ".bias") != nullptr;
+        li.has_bias = t.find(li.name + kBiasSuffix) != nullptr;
         if (c.quant_.format != CheckpointFormat::Unquantized && c.quant_.quantizes(li.name) &&
             c.quant_.targets.size() > 0)
           c.problems_.push_back({li.name, "module '" + li.name +
@@ -395,78 +500,18 @@ struct CheckpointBuilder {
         continue;
       }
       if (!seen.insert(li.name).second) continue;
+      const QuantizedLinearTensors q = check_quantized_linear(
+          t, li.name, c.quant_.format,
+          [&](const std::string& tensor, const std::string& message, bool) {
+            c.problems_.push_back({tensor, message});
+          });
       li.weight_dtype = v.dtype;
-      li.has_bias = t.find(li.name + ".bias") != nullptr;
-      const std::string in_key = li.name + (ct ? ".input_global_scale" : ".input_scale");
-      li.scheme = t.find(in_key) ? QuantScheme::NVFP4 : QuantScheme::NVFP4A16;
-      if (v.shape.size() == 2) {
-        li.out_features = v.shape[0];
-        li.in_features = v.shape[1] * 2;
-      } else {
-        c.problems_.push_back({n, "tensor '" + n + "' has shape " + v.shape_str() + ", expected [N, K/2]"});
-      }
-      if (v.dtype != DType::U8)
-        c.problems_.push_back({n, "tensor '" + n + "' has dtype " + dtype_name(v.dtype) + ", expected U8"});
-      if (li.in_features % 16 != 0)
-        c.problems_.push_back({li.name, "module '" + li.name + "': K = " + std::to_string(li.in_features) +
-                                            " is not a multiple of 16"});
+      li.has_bias = q.bias != nullptr;
+      li.scheme = t.find(li.name + sfx.input_global) ? QuantScheme::NVFP4 : QuantScheme::NVFP4A16;
+      li.out_features = q.out_features;
+      li.in_features = q.in_features;
       if (c.quant_.ignored(li.name))
         c.problems_.push_back({li.name, "module '" + li.name + "' is quantized but listed in ignore"});
-      // Block scales: presence, dtype, shape, NaN bytes.
-      const std::string sname = li.name + ".weight_scale";
-      const TensorView* s = t.find(sname);
-      const std::string gname = li.name + (ct ? ".weight_global_scale" : ".weight_scale_2");
-      float g = NAN;
-      bool have_g = false;
-      try {
-        have_g = read_scalar(t, gname, &g);
-      } catch (const Error& e) {
-        c.problems_.push_back({gname, e.what()});
-      }
-      if (!have_g) c.problems_.push_back({gname, "missing tensor '" + gname + "'"});
-      const bool inf_global = have_g && (ct ? std::isinf(g) : g == 0.0f);
-      if (have_g) {
-        if (std::isnan(g) || g < 0 || (ct && g == 0) || (!ct && std::isinf(g)))
-          c.problems_.push_back({gname, "tensor '" + gname + "' is " + fmt_float(g) + ", expected a positive finite value"});
-        else if (inf_global)
-          c.problems_.push_back({gname, "tensor '" + gname + "' is " + fmt_float(g) +
-                                            " (older writer, all-zero weight): the layer computes zeros"});
-      }
-      if (!s) {
-        c.problems_.push_back({sname, "missing tensor '" + sname + "'"});
-      } else {
-        if (s->dtype != DType::F8_E4M3)
-          c.problems_.push_back({sname, "tensor '" + sname + "' has dtype " + dtype_name(s->dtype) +
-                                            ", expected F8_E4M3"});
-        if (s->shape.size() != 2 || s->shape[0] != li.out_features || s->shape[1] * 16 != li.in_features)
-          c.problems_.push_back({sname, "tensor '" + sname + "' has shape " + s->shape_str() + ", expected [" +
-                                            std::to_string(li.out_features) + ", " +
-                                            std::to_string(li.in_features / 16) + "]"});
-        if (s->dtype == DType::F8_E4M3 || s->dtype == DType::U8) {
-          size_t nan = 0;
-          for (size_t i = 0; i < s->nbytes; ++i) nan += e4m3_is_nan(s->data[i]);
-          if (nan)
-            c.problems_.push_back({sname, "tensor '" + sname + "' has " + std::to_string(nan) +
-                                              " NaN block scales (0x7F)" +
-                                              (inf_global ? "; loaded as 0 (all-zero weight)" : "")});
-        }
-      }
-      if (li.scheme == QuantScheme::NVFP4) {
-        float x = NAN;
-        try {
-          if (read_scalar(t, in_key, &x) && (!std::isfinite(x) || x <= 0))
-            c.problems_.push_back({in_key, "tensor '" + in_key + "' is " + fmt_float(x) +
-                                               ", expected a positive finite value"});
-        } catch (const Error& e) {
-          c.problems_.push_back({in_key, e.what()});
-        }
-      }
-      if (li.has_bias) {
-        const TensorView& b = t.get(li.name + ".bias");
-        if (b.shape.size() != 1 || b.shape[0] != li.out_features)
-          c.problems_.push_back({li.name + ".bias", "tensor '" + li.name + ".bias' has shape " + b.shape_str() +
-                                                        ", expected [" + std::to_string(li.out_features) + "]"});
-      }
       c.linears_.push_back(li);
     }
     std::sort(c.linears_.begin(), c.linears_.end(),
@@ -527,78 +572,32 @@ LinearWeights Checkpoint::load_linear(const std::string& module, const Reporter&
   if (li->scheme == QuantScheme::None)
     fail("module '" + module + "' in '" + path_ + "' is not quantized (its weight is " +
          dtype_name(li->weight_dtype) + ")");
-  const bool ct = quant_.format == CheckpointFormat::CompressedTensors;
-  const SafetensorsModel& t = *tensors_;
-  auto where = [](const TensorView& v) { return "tensor '" + v.name + "' in '" + *v.file + "'"; };
-
-  const TensorView& w = t.get(module + (ct ? ".weight_packed" : ".weight"));
-  if (w.dtype != DType::U8) fail(where(w) + " has dtype " + dtype_name(w.dtype) + ", expected U8");
-  if (w.shape.size() != 2) fail(where(w) + " has shape " + w.shape_str() + ", expected [N, K/2]");
-  const int64_t n = w.shape[0], k = w.shape[1] * 2;
-  if (k % kGroupSize != 0)
-    fail(where(w) + ": K = " + std::to_string(k) + " (2 x " + std::to_string(w.shape[1]) +
-         ") is not a multiple of 16");
-  const std::string sname = module + ".weight_scale";
-  const TensorView* sp = t.find(sname);
-  if (!sp)
-    fail("tensor '" + sname + "' is missing: '" + *w.file + "' holds '" + w.name + "' but no block scales for it");
-  const TensorView& s = *sp;
-  if (s.dtype != DType::F8_E4M3) fail(where(s) + " has dtype " + dtype_name(s.dtype) + ", expected F8_E4M3");
-  if (s.shape.size() != 2 || s.shape[0] != n || s.shape[1] != k / kGroupSize)
-    fail(where(s) + " has shape " + s.shape_str() + ", expected [" + std::to_string(n) + ", " +
-         std::to_string(k / kGroupSize) + "]");
+  const QuantizedLinearTensors q = check_quantized_linear(
+      *tensors_, module, quant_.format, [](const std::string&, const std::string& message, bool fatal) {
+        if (fatal) fail(message);
+      });
 
   LinearWeights lw;
   lw.name = module;
-  lw.weight.rows = n;
-  lw.weight.cols = k;
-  lw.weight.codes.assign(w.data, w.data + w.nbytes);
-  lw.weight.scales.assign(s.data, s.data + s.nbytes);
-
-  const std::string gname = module + (ct ? ".weight_global_scale" : ".weight_scale_2");
-  float g = 0;
-  if (!read_scalar(t, gname, &g))
-    fail("tensor '" + gname + "' is missing: '" + *w.file + "' holds '" + w.name + "' but no global scale for it");
-  const TensorView& gv = t.get(gname);
-  bool all_zero_weight = false;
-  if (ct) {
-    // compressed-tensors stores the divisor form (2688 / amax).
-    if (std::isnan(g) || g <= 0) fail(where(gv) + " is " + fmt_float(g) + ", expected a positive value");
-    all_zero_weight = std::isinf(g);
-    lw.weight.global = GlobalScale::from_enc(g);
-  } else {
-    // ModelOpt stores the multiplier form (amax / 2688).
-    if (std::isnan(g) || g < 0 || std::isinf(g))
-      fail(where(gv) + " is " + fmt_float(g) + ", expected a finite value >= 0");
-    all_zero_weight = g == 0;
-    lw.weight.global = GlobalScale::from_dec(g);
-  }
-  size_t nan = 0;
+  lw.weight.rows = q.out_features;
+  lw.weight.cols = q.in_features;
+  lw.weight.codes.assign(q.codes->data, q.codes->data + q.codes->nbytes);
+  lw.weight.scales.assign(q.block_scales->data, q.block_scales->data + q.block_scales->nbytes);
+  // compressed-tensors stores the divisor form (2688 / amax), ModelOpt the multiplier form (amax / 2688).
+  const bool ct = quant_.format == CheckpointFormat::CompressedTensors;
+  lw.weight.global = ct ? GlobalScale::from_enc(q.weight_global) : GlobalScale::from_dec(q.weight_global);
+  // NaN block scales pass the checks only in an older writer's all-zero tensor: they load as 0.
   for (auto& b : lw.weight.scales)
-    if (e4m3_is_nan(b)) {
-      ++nan;
-      b = 0;
-    }
-  if (nan && !all_zero_weight)
-    fail(where(s) + " has " + std::to_string(nan) + " NaN block scales (0x7F) with a finite global scale " +
-         fmt_float(g));
-  if (nan || all_zero_weight)
-    rep.warn("module '" + module + "': global scale " + fmt_float(g) + (nan ? " and " + std::to_string(nan) +
-             " NaN block scales" : std::string()) + " (older writer, all-zero weight); the layer computes zeros");
-
-  const std::string iname = module + (ct ? ".input_global_scale" : ".input_scale");
-  float x = 0;
-  if (read_scalar(t, iname, &x)) {
-    const TensorView& iv = t.get(iname);
-    if (!std::isfinite(x) || x <= 0) fail(where(iv) + " is " + fmt_float(x) + ", expected a positive finite value");
+    if (e4m3_is_nan(b)) b = 0;
+  if (q.nan_block_scales || q.all_zero_weight)
+    rep.warn("module '" + module + "': global scale " + fmt_float(q.weight_global) +
+             (q.nan_block_scales ? " and " + std::to_string(q.nan_block_scales) + " NaN block scales" : std::string()) +
+             " (older writer, all-zero weight); the layer computes zeros");
+  if (q.has_input_global) {
     lw.has_input_scale = true;
-    lw.input_global = ct ? GlobalScale::from_enc(x) : GlobalScale::from_dec(x);
+    lw.input_global = ct ? GlobalScale::from_enc(q.input_global) : GlobalScale::from_dec(q.input_global);
   }
-  if (const TensorView* b = t.find(module + ".bias")) {
-    if (b->shape.size() != 1 || b->shape[0] != n)
-      fail(where(*b) + " has shape " + b->shape_str() + ", expected [" + std::to_string(n) + "]");
-    lw.bias = to_f32(*b);
-  }
+  if (q.bias) lw.bias = to_f32(*q.bias);
   return lw;
 }
 

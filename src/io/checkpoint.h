@@ -8,7 +8,9 @@
 //                       (multiplier form), P.input_scale F32 scalar (multiplier form, W4A4)
 // Fused shards (q/k/v, gate/up) are separate modules on disk and keep their own scales here.
 #pragma once
+#include <cmath>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -34,6 +36,22 @@ enum class QuantScheme : uint8_t {
   NVFP4A16,  // W4A16: NVFP4 weights, activations in the model dtype
 };
 const char* scheme_name(QuantScheme s);  // "none", "nvfp4", "nvfp4a16"
+
+// The tensors of one linear module P are named P + suffix. These are the only spellings of the suffixes in io/.
+constexpr const char* kWeightSuffix = ".weight";  // unquantized weight, float [N, K]; ModelOpt's NVFP4 codes
+constexpr const char* kBiasSuffix = ".bias";      // [N], model dtype, never quantized
+// The suffixes of a quantized linear in one checkpoint format (the layout is in the comment at the top).
+struct LinearTensorSuffixes {
+  const char* codes;          // U8 [N, K/2] e2m1x2
+  const char* block_scales;   // F8_E4M3 [N, K/16], linear
+  const char* weight_global;  // F32 weight global scale (divisor form in compressed-tensors, multiplier in ModelOpt)
+  const char* input_global;   // F32 activation global scale, W4A4 only (same directions)
+};
+constexpr LinearTensorSuffixes kCompressedTensorsSuffixes{".weight_packed", ".weight_scale", ".weight_global_scale",
+                                                          ".input_global_scale"};
+constexpr LinearTensorSuffixes kModelOptSuffixes{".weight", ".weight_scale", ".weight_scale_2", ".input_scale"};
+// CompressedTensors or ModelOpt (an unquantized format has none: throws nvfp4::Error).
+const LinearTensorSuffixes& linear_tensor_suffixes(CheckpointFormat f);
 
 // The parts of config.json the project uses. Missing integer fields are 0; `raw_json` keeps the whole file.
 struct ModelConfig {
@@ -86,6 +104,32 @@ struct Problem {
   std::string tensor;   // tensor or module it concerns ("" for the whole model)
   std::string message;  // one line
 };
+
+// What check_quantized_linear found out about one quantized linear module P.
+struct QuantizedLinearTensors {
+  const TensorView* codes = nullptr;         // P + codes suffix (always set)
+  const TensorView* block_scales = nullptr;  // nullptr when missing
+  const TensorView* bias = nullptr;          // nullptr when the module has none
+  int64_t out_features = 0, in_features = 0; // N, K (0 when the codes tensor is not 2-D)
+  bool has_weight_global = false;
+  float weight_global = NAN;                 // as stored (direction of the format)
+  bool all_zero_weight = false;              // an older writer's all-zero tensor: CT global +inf, ModelOpt 0
+  size_t nan_block_scales = 0;               // 0x7F/0xFF bytes in the block scales
+  bool has_input_global = false;
+  float input_global = NAN;                  // as stored
+};
+
+// The one place that validates a quantized linear's tensors without reading its weights: codes dtype U8 and
+// shape [N, K/2], K % 16, block scales present, F8_E4M3 [N, K/16], NaN block scales (an error unless the
+// weight is all-zero), weight global scale present, one value, valid for the format (compressed-tensors: > 0,
+// +inf = all-zero weight; ModelOpt: finite >= 0, 0 = all-zero weight), input global scale one positive
+// finite value when present, bias [N]. Every failed check calls `report(tensor, message, fatal)` with a
+// one-line message naming the tensor and its file; `fatal` = false for a notice about a file that still loads
+// (an older writer's all-zero weight). A `report` that throws stops at the first problem (load_linear);
+// Checkpoint::open records them all. The codes tensor (P + codes suffix) must exist in `t`.
+QuantizedLinearTensors check_quantized_linear(
+    const SafetensorsModel& t, const std::string& module, CheckpointFormat format,
+    const std::function<void(const std::string& tensor, const std::string& message, bool fatal)>& report);
 
 class Checkpoint {
  public:

@@ -141,30 +141,21 @@ class ShardWriter {
 
 // Adds the tensors of one quantized linear in the target layout (codes and block scales moved in); returns
 // their names.
-std::vector<std::string> emit_linear(ShardWriter& wr, bool ct, const std::string& module, Nvfp4Matrix&& q,
-                                     bool has_input, const GlobalScale& input) {
+std::vector<std::string> emit_linear(ShardWriter& wr, CheckpointFormat format, const std::string& module,
+                                     Nvfp4Matrix&& q, bool has_input, const GlobalScale& input) {
+  const LinearTensorSuffixes& sfx = linear_tensor_suffixes(format);
+  // compressed-tensors stores the divisor form (2688 / amax) as shape [1], ModelOpt the multiplier form
+  // (amax / 2688) as a scalar.
+  const bool ct = format == CheckpointFormat::CompressedTensors;
+  const std::vector<int64_t> scalar = ct ? std::vector<int64_t>{1} : std::vector<int64_t>{};
   const int64_t n = q.rows, k = q.cols;
-  std::vector<std::string> names;
-  if (ct) {
-    // compressed-tensors stores the divisor form (2688 / amax).
-    wr.own(module + ".weight_packed", DType::U8, {n, k / 2}, std::move(q.codes));
-    wr.own(module + ".weight_scale", DType::F8_E4M3, {n, k / kGroupSize}, std::move(q.scales));
-    wr.own_f32(module + ".weight_global_scale", {1}, q.global.enc);
-    names = {module + ".weight_packed", module + ".weight_scale", module + ".weight_global_scale"};
-    if (has_input) {
-      wr.own_f32(module + ".input_global_scale", {1}, input.enc);
-      names.push_back(module + ".input_global_scale");
-    }
-  } else {
-    // ModelOpt stores the multiplier form (amax / 2688).
-    wr.own(module + ".weight", DType::U8, {n, k / 2}, std::move(q.codes));
-    wr.own(module + ".weight_scale", DType::F8_E4M3, {n, k / kGroupSize}, std::move(q.scales));
-    wr.own_f32(module + ".weight_scale_2", {}, q.global.dec);
-    names = {module + ".weight", module + ".weight_scale", module + ".weight_scale_2"};
-    if (has_input) {
-      wr.own_f32(module + ".input_scale", {}, input.dec);
-      names.push_back(module + ".input_scale");
-    }
+  std::vector<std::string> names = {module + sfx.codes, module + sfx.block_scales, module + sfx.weight_global};
+  wr.own(names[0], DType::U8, {n, k / 2}, std::move(q.codes));
+  wr.own(names[1], DType::F8_E4M3, {n, k / kGroupSize}, std::move(q.scales));
+  wr.own_f32(names[2], scalar, ct ? q.global.enc : q.global.dec);
+  if (has_input) {
+    names.push_back(module + sfx.input_global);
+    wr.own_f32(names[3], scalar, ct ? input.enc : input.dec);
   }
   return names;
 }
@@ -258,7 +249,7 @@ QuantizeSummary quantize_model(const std::string& in, const std::string& out, co
       continue;
     }
     if (li.in_features % kGroupSize != 0)
-      fail("tensor '" + li.name + ".weight' in '" + *tm.get(li.name + ".weight").file + "': K = " +
+      fail("tensor '" + li.name + kWeightSuffix + "' in '" + *tm.get(li.name + kWeightSuffix).file + "': K = " +
            std::to_string(li.in_features) + " is not a multiple of 16 (exclude the module with --ignore)");
     todo[li.name] = &li;
   }
@@ -280,7 +271,7 @@ QuantizeSummary quantize_model(const std::string& in, const std::string& out, co
     for (const auto& [name, li] : todo) {
       const std::string key = fused_set_key(name);
       if (key.empty()) continue;
-      const TensorView& w = tm.get(name + ".weight");
+      const TensorView& w = tm.get(name + kWeightSuffix);
       const float a = streamed_abs_max(w);
       auto it = set_amax.find(key);
       if (it == set_amax.end() || a > it->second.first) set_amax[key] = {a, w.dtype};
@@ -295,9 +286,8 @@ QuantizeSummary quantize_model(const std::string& in, const std::string& out, co
   };
   // Tensors of a source module that the converted set replaces.
   auto source_part = [&](const TensorView& v, std::string* module) {
-    static const char* kCt[] = {".weight_packed", ".weight_scale", ".weight_global_scale", ".input_global_scale"};
-    static const char* kMo[] = {".weight", ".weight_scale", ".weight_scale_2", ".input_scale"};
-    for (const char* suf : (ck->format() == CheckpointFormat::CompressedTensors ? kCt : kMo))
+    const LinearTensorSuffixes& src = linear_tensor_suffixes(ck->format());
+    for (const char* suf : {src.codes, src.block_scales, src.weight_global, src.input_global})
       if (has_suffix(v.name, suf, module) && todo.count(*module)) return true;
     return false;
   };
@@ -333,16 +323,14 @@ QuantizeSummary quantize_model(const std::string& in, const std::string& out, co
           rep.step(v.name, ++done, total);
           continue;
         }
-        const bool codes = v.name == module + (ck->format() == CheckpointFormat::CompressedTensors
-                                                   ? ".weight_packed" : ".weight");
-        if (codes) {
+        if (v.name == module + linear_tensor_suffixes(ck->format()).codes) {
           LinearWeights lw = ck->load_linear(module, rep);
-          names = emit_linear(wr, ct, module, std::move(lw.weight), lw.has_input_scale, lw.input_global);
+          names = emit_linear(wr, opt.format, module, std::move(lw.weight), lw.has_input_scale, lw.input_global);
           ++sum.quantized;
         }
         rep.step(v.name, ++done, total);
       } else {
-        if (!has_suffix(v.name, ".weight", &module) || !todo.count(module)) {
+        if (!has_suffix(v.name, kWeightSuffix, &module) || !todo.count(module)) {
           wr.borrow(v);
           new_weight_map[v.name] = shard;
           ++sum.copied;
@@ -364,7 +352,7 @@ QuantizeSummary quantize_model(const std::string& in, const std::string& out, co
                      : GlobalScale::from_dec(modelopt_global_dec(x));
         }
         const float gs_enc = q.global.enc;
-        names = emit_linear(wr, ct, module, std::move(q), w4a4, input);
+        names = emit_linear(wr, opt.format, module, std::move(q), w4a4, input);
         ++sum.quantized;
         rep.step(v.name + " -> nvfp4 (global scale " + fmt_float(gs_enc) + ")", ++done, total);
       }

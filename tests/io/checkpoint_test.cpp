@@ -259,6 +259,51 @@ TEST(CheckpointErrors, OlderWriterNaNScalesAndInfGlobalLoadAsZeros) {
   for (float v : out) EXPECT_EQ(v, 0.0f);
 }
 
+// Checkpoint::open (which records problems for `inspect`) and load_linear (which throws) validate a layer
+// with one function: the error load_linear throws is the first problem open recorded, word for word, and it
+// names the tensor and the file on one line.
+TEST(CheckpointErrors, OpenAndLoadReportTheSameProblem) {
+  struct Case {
+    const char* what;
+    RawLayer r;
+    const char* tensor;
+  };
+  std::vector<Case> cases;
+  auto add = [&](const char* what, const char* tensor, const std::function<void(RawLayer&)>& edit) {
+    Case c{what, RawLayer{}, tensor};
+    edit(c.r);
+    cases.push_back(c);
+  };
+  add("no block scales", "layer.weight_scale", [](RawLayer& r) { r.with_scale = false; });
+  add("no global scale", "layer.weight_global_scale", [](RawLayer& r) { r.with_global = false; });
+  add("K = 24", "layer.weight_packed", [](RawLayer& r) { r.packed_shape = {8, 12}; r.scale_shape = {8, 1}; });
+  add("1-D codes", "layer.weight_packed", [](RawLayer& r) { r.packed_shape = {128}; });
+  add("scale shape", "layer.weight_scale", [](RawLayer& r) { r.scale_shape = {8, 4}; });
+  add("scale dtype", "layer.weight_scale", [](RawLayer& r) { r.scale_dtype = DType::BF16; });
+  add("NaN scales", "layer.weight_scale", [](RawLayer& r) { r.scale_byte = 0x7F; });
+  add("zero global", "layer.weight_global_scale", [](RawLayer& r) { r.gs = 0.0f; });
+  add("NaN global", "layer.weight_global_scale", [](RawLayer& r) { r.gs = NAN; });
+  add("negative global", "layer.weight_global_scale", [](RawLayer& r) { r.gs = -1.0f; });
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    TmpDir d;
+    auto ck = Checkpoint::open(write_raw_layer(d, c.r));
+    ASSERT_FALSE(ck->problems().empty());
+    const std::string err = error_of([&] { ck->load_linear("layer"); });
+    expect_has(err, {std::string("'") + c.tensor + "'", d / "model.safetensors"});
+    EXPECT_EQ(err, ck->problems()[0].message);
+    EXPECT_EQ(ck->problems()[0].tensor, c.tensor);
+  }
+  // An older writer's all-zero layer is reported at open and still loads.
+  TmpDir d;
+  RawLayer r;
+  r.gs = INFINITY;
+  auto ck = Checkpoint::open(write_raw_layer(d, r));
+  ASSERT_EQ(ck->problems().size(), 1u);
+  expect_has(ck->problems()[0].message, {"'layer.weight_global_scale'", d / "model.safetensors", "all-zero"});
+  EXPECT_NO_THROW(ck->load_linear("layer"));
+}
+
 TEST(CheckpointErrors, BadConfigs) {
   TmpDir d;
   write_raw_layer(d, RawLayer{});
