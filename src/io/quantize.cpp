@@ -1,6 +1,7 @@
 // bf16/fp16/fp32 HF model -> NVFP4 checkpoint. See io/quantize.h.
 #include "io/quantize.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -73,31 +75,51 @@ std::string fmt_float(float v) {
   return b;
 }
 
-// One output .safetensors file, built so that nothing is copied twice: pass-through tensors are borrowed from
-// the memory-mapped input and written straight from the mapping; quantized tensors are moved in. The bytes
-// are those of SafetensorsWriter::write (tensors sorted by name, data in that order, header = nlohmann::json
-// dump with "__metadata__" {"format": "pt"}, padded with spaces to a multiple of 8); the Quantize tests check
-// the output against SafetensorsWriter byte for byte.
+// One output .safetensors file, streamed: the header is written from the declared names, dtypes and shapes,
+// then the data in header order. Pass-through tensors are written straight from the memory-mapped input;
+// the tensors of a quantized linear are declared up front and produced (quantized, or loaded for a format
+// conversion) only when the first of them is due, then freed once written, so that at most one module's
+// results are held in memory. The bytes are those of SafetensorsWriter::write (tensors sorted by name, data in
+// that order, header = nlohmann::json dump with "__metadata__" {"format": "pt"}, padded with spaces to a
+// multiple of 8); the Quantize tests check the output against SafetensorsWriter byte for byte. The file is
+// written in place: quantize_model builds the whole output in a temporary folder that is renamed when
+// complete.
 class ShardWriter {
  public:
   // `v` must stay mapped until write() returns (the input Checkpoint outlives the writer).
-  void borrow(const TensorView& v) { put(v.name, Entry{v.dtype, v.shape, v.data, v.nbytes, {}}); }
-  void own(const std::string& name, DType dtype, std::vector<int64_t> shape, std::vector<uint8_t> bytes) {
-    Entry e{dtype, std::move(shape), nullptr, bytes.size(), std::move(bytes)};
-    e.data = e.owned.data();
-    put(name, std::move(e));
+  void borrow(const TensorView& v) { put(v.name, Entry{v.dtype, v.shape, v.data, v.nbytes, {}, {}}); }
+  // A tensor of `module` whose bytes the `produce` callback of write() supplies through own().
+  void defer(const std::string& name, DType dtype, std::vector<int64_t> shape, const std::string& module) {
+    const size_t nbytes = expected_nbytes(dtype, shape);
+    put(name, Entry{dtype, std::move(shape), nullptr, nbytes, {}, module});
   }
-  void own_f32(const std::string& name, std::vector<int64_t> shape, float value) {
+  // Supplies the bytes of a deferred tensor (dtype and shape must be the declared ones).
+  void own(const std::string& name, DType dtype, const std::vector<int64_t>& shape, std::vector<uint8_t> bytes) {
+    auto it = entries_.find(name);
+    if (it == entries_.end() || it->second.module.empty() || it->second.data)
+      fail("tensor '" + name + "' was not declared for writing, or was produced twice");
+    Entry& e = it->second;
+    if (e.dtype != dtype || e.shape != shape || bytes.size() != e.nbytes)
+      fail("tensor '" + name + "': produced " + dtype_name(dtype) + " " + std::to_string(bytes.size()) +
+           " bytes, declared " + dtype_name(e.dtype) + " " + std::to_string(e.nbytes) + " bytes");
+    e.owned = std::move(bytes);
+    e.data = e.owned.data();
+  }
+  void own_f32(const std::string& name, const std::vector<int64_t>& shape, float value) {
     std::vector<uint8_t> b(4);
     std::memcpy(b.data(), &value, 4);
-    own(name, DType::F32, std::move(shape), std::move(b));
+    own(name, DType::F32, shape, std::move(b));
   }
   uint64_t data_bytes() const {
     uint64_t n = 0;
     for (const auto& kv : entries_) n += kv.second.nbytes;
     return n;
   }
-  void write(const std::string& path) const {
+  // Creates `path` (which must not exist), writes it and fsyncs it. `produce(module)` must own() every
+  // tensor deferred for `module`; `copied(name)` is called after each borrowed tensor is written. Throws
+  // nvfp4::Error naming the path.
+  void write(const std::string& path, const std::function<void(const std::string& module)>& produce,
+             const std::function<void(const std::string& name)>& copied) {
     json h = json::object();
     h["__metadata__"] = json::object({{"format", "pt"}});
     uint64_t off = 0;
@@ -114,50 +136,101 @@ class ShardWriter {
     uint8_t len[8];
     const uint64_t n = text.size();
     for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(n >> (8 * i));
-    std::vector<std::pair<const void*, size_t>> chunks = {{len, 8}, {text.data(), text.size()}};
-    for (const auto& kv : entries_) chunks.emplace_back(kv.second.data, kv.second.nbytes);
-    write_file_atomic(path, chunks);
+
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) fail("cannot create '" + path + "': " + std::strerror(errno));
+    struct Closer {
+      int fd;
+      ~Closer() { if (fd >= 0) ::close(fd); }
+    } closer{fd};
+    auto put_bytes = [&](const void* p, size_t sz) {
+      const uint8_t* b = static_cast<const uint8_t*>(p);
+      while (sz > 0) {
+        const ssize_t w = ::write(fd, b, sz);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) fail("cannot write '" + path + "': " + std::strerror(errno));
+        b += w;
+        sz -= static_cast<size_t>(w);
+      }
+    };
+    put_bytes(len, 8);
+    put_bytes(text.data(), text.size());
+    for (auto& [name, e] : entries_) {
+      if (!e.data) produce(e.module);
+      if (!e.data) fail("tensor '" + name + "' of module '" + e.module + "' was not produced");
+      put_bytes(e.data, e.nbytes);
+      if (e.module.empty()) copied(name);
+      else std::vector<uint8_t>().swap(e.owned);  // written: free it
+    }
+    if (::fchmod(fd, 0644) != 0 || ::fsync(fd) != 0) fail("cannot write '" + path + "': " + std::strerror(errno));
+    closer.fd = -1;
+    if (::close(fd) != 0) fail("cannot write '" + path + "': " + std::strerror(errno));
   }
 
  private:
   struct Entry {
     DType dtype;
     std::vector<int64_t> shape;
-    const uint8_t* data;          // the mapped input, or owned.data()
+    const uint8_t* data;          // the mapped input or owned.data(); nullptr until a deferred tensor is produced
     size_t nbytes;
-    std::vector<uint8_t> owned;   // empty for a borrowed tensor
+    std::vector<uint8_t> owned;   // a produced tensor's bytes until written
+    std::string module;           // the module that produces a deferred tensor; "" for a borrowed one
   };
+  static size_t expected_nbytes(DType dtype, const std::vector<int64_t>& shape) {
+    uint64_t n = dtype_size(dtype);
+    for (int64_t d : shape) n *= static_cast<uint64_t>(d);
+    return static_cast<size_t>(n);
+  }
   void put(const std::string& name, Entry e) {
     if (name.empty() || name == "__metadata__") fail("cannot write a tensor named '" + name + "'");
-    uint64_t want = dtype_size(e.dtype);
-    for (int64_t d : e.shape) want *= static_cast<uint64_t>(d);
-    if (want != e.nbytes)
-      fail("tensor '" + name + "' of " + dtype_name(e.dtype) + " needs " + std::to_string(want) + " bytes, got " +
-           std::to_string(e.nbytes));
+    if (expected_nbytes(e.dtype, e.shape) != e.nbytes)
+      fail("tensor '" + name + "' of " + dtype_name(e.dtype) + " needs " +
+           std::to_string(expected_nbytes(e.dtype, e.shape)) + " bytes, got " + std::to_string(e.nbytes));
     if (!entries_.emplace(name, std::move(e)).second) fail("tensor '" + name + "' added twice to a safetensors file");
   }
   std::map<std::string, Entry> entries_;
 };
 
-// Adds the tensors of one quantized linear in the target layout (codes and block scales moved in); returns
-// their names.
-std::vector<std::string> emit_linear(ShardWriter& wr, CheckpointFormat format, const std::string& module,
-                                     Nvfp4Matrix&& q, bool has_input, const GlobalScale& input) {
+// The tensors of one quantized linear in the target layout: codes, block scales, weight global scale and,
+// for W4A4, the input global scale. compressed-tensors stores the scalars as shape [1] in the divisor form
+// (2688 / amax), ModelOpt as shape [] in the multiplier form (amax / 2688).
+struct OutTensor {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> shape;
+};
+std::vector<OutTensor> linear_outputs(CheckpointFormat format, const std::string& module, int64_t n, int64_t k,
+                                      bool has_input) {
   const LinearTensorSuffixes& sfx = linear_tensor_suffixes(format);
-  // compressed-tensors stores the divisor form (2688 / amax) as shape [1], ModelOpt the multiplier form
-  // (amax / 2688) as a scalar.
-  const bool ct = format == CheckpointFormat::CompressedTensors;
-  const std::vector<int64_t> scalar = ct ? std::vector<int64_t>{1} : std::vector<int64_t>{};
-  const int64_t n = q.rows, k = q.cols;
-  std::vector<std::string> names = {module + sfx.codes, module + sfx.block_scales, module + sfx.weight_global};
-  wr.own(names[0], DType::U8, {n, k / 2}, std::move(q.codes));
-  wr.own(names[1], DType::F8_E4M3, {n, k / kGroupSize}, std::move(q.scales));
-  wr.own_f32(names[2], scalar, ct ? q.global.enc : q.global.dec);
-  if (has_input) {
-    names.push_back(module + sfx.input_global);
-    wr.own_f32(names[3], scalar, ct ? input.enc : input.dec);
+  const std::vector<int64_t> scalar = format == CheckpointFormat::CompressedTensors ? std::vector<int64_t>{1}
+                                                                                     : std::vector<int64_t>{};
+  std::vector<OutTensor> out = {{module + sfx.codes, DType::U8, {n, k / 2}},
+                                {module + sfx.block_scales, DType::F8_E4M3, {n, k / kGroupSize}},
+                                {module + sfx.weight_global, DType::F32, scalar}};
+  if (has_input) out.push_back({module + sfx.input_global, DType::F32, scalar});
+  return out;
+}
+
+// Declares the tensors of one quantized linear (linear_outputs) in `wr`; returns their names.
+std::vector<std::string> declare_linear(ShardWriter& wr, CheckpointFormat format, const std::string& module,
+                                        int64_t n, int64_t k, bool has_input) {
+  std::vector<std::string> names;
+  for (auto& t : linear_outputs(format, module, n, k, has_input)) {
+    wr.defer(t.name, t.dtype, t.shape, module);
+    names.push_back(t.name);
   }
   return names;
+}
+
+// Supplies the declared tensors of one quantized linear (codes and block scales moved in).
+void emit_linear(ShardWriter& wr, CheckpointFormat format, const std::string& module, Nvfp4Matrix&& q,
+                 bool has_input, const GlobalScale& input) {
+  const bool ct = format == CheckpointFormat::CompressedTensors;
+  const std::vector<OutTensor> out = linear_outputs(format, module, q.rows, q.cols, has_input);
+  wr.own(out[0].name, out[0].dtype, out[0].shape, std::move(q.codes));
+  wr.own(out[1].name, out[1].dtype, out[1].shape, std::move(q.scales));
+  wr.own_f32(out[2].name, out[2].shape, ct ? q.global.enc : q.global.dec);
+  if (has_input) wr.own_f32(out[3].name, out[3].shape, ct ? input.enc : input.dec);
 }
 
 // max |w| over `n` decoded values of tensor `w` starting at element `first`; a non-finite value is an error.
@@ -311,55 +384,69 @@ QuantizeSummary quantize_model(const std::string& in, const std::string& out, co
     model_files.insert(canonical_loose(src).string());
     const std::string shard = tm.sharded() ? src.filename().string() : std::string("model.safetensors");
     ShardWriter wr;
+    // Plan the shard: pass-through tensors borrowed, quantized modules declared (produced while writing).
+    // Progress: one step per input tensor, when it is written (pass-through), quantized or converted.
+    std::map<std::string, std::vector<std::string>> parts;  // module -> its input tensors stepped with it
     for (const TensorView& v : f->tensors()) {
       sum.in_bytes += v.nbytes;
       std::string module;
       std::vector<std::string> names;
+      const bool replaced = convert ? source_part(v, &module)
+                                    : has_suffix(v.name, kWeightSuffix, &module) && todo.count(module);
+      if (!replaced) {
+        wr.borrow(v);
+        new_weight_map[v.name] = shard;
+        ++sum.copied;
+        continue;
+      }
+      const LinearInfo& li = *todo.at(module);
       if (convert) {
-        if (!source_part(v, &module)) {
-          wr.borrow(v);
-          new_weight_map[v.name] = shard;
-          ++sum.copied;
-          rep.step(v.name, ++done, total);
+        // The converted module goes where its codes are; its other source tensors are only read.
+        const TensorView& codes = tm.get(module + linear_tensor_suffixes(ck->format()).codes);
+        if (codes.file != v.file) {
+          rep.step(v.name, ++done, total);  // read when the module is converted, in the codes' shard
           continue;
         }
-        if (v.name == module + linear_tensor_suffixes(ck->format()).codes) {
-          LinearWeights lw = ck->load_linear(module, rep);
-          names = emit_linear(wr, opt.format, module, std::move(lw.weight), lw.has_input_scale, lw.input_global);
-          ++sum.quantized;
-        }
-        rep.step(v.name, ++done, total);
+        parts[module].push_back(v.name);
+        if (&codes != &v) continue;
+        names = declare_linear(wr, opt.format, module, li.out_features, li.in_features,
+                               li.scheme == QuantScheme::NVFP4);
       } else {
-        if (!has_suffix(v.name, kWeightSuffix, &module) || !todo.count(module)) {
-          wr.borrow(v);
-          new_weight_map[v.name] = shard;
-          ++sum.copied;
-          rep.step(v.name, ++done, total);
-          continue;
-        }
-        const LinearInfo& li = *todo.at(module);
-        const std::vector<float> w = to_f32(v);  // the only decode of a weight outside a fused set
-        const float own = fused_set_key(module).empty() ? finite_abs_max(v, w.data(), w.size(), 0) : 0.0f;
-        const auto [a, dt] = scale_amax(module, own, v.dtype);
-        Nvfp4Matrix q = ct ? ct_quantize(w.data(), li.out_features, li.in_features, v.dtype, ct_global_enc(a, dt))
-                           : modelopt_quantize(w.data(), li.out_features, li.in_features, a);
-        GlobalScale input;
-        if (w4a4) {
-          const float x = opt.calib_amax.at(module);
-          // Activations use the weights' rule: compressed-tensors rounds 2688/amax to the model dtype;
-          // ModelOpt keeps f32(amax/2688), 1.0 when amax == 0.
-          input = ct ? GlobalScale::from_enc(ct_global_enc(x, model_dtype))
-                     : GlobalScale::from_dec(modelopt_global_dec(x));
-        }
-        const float gs_enc = q.global.enc;
-        names = emit_linear(wr, opt.format, module, std::move(q), w4a4, input);
-        ++sum.quantized;
-        rep.step(v.name + " -> nvfp4 (global scale " + fmt_float(gs_enc) + ")", ++done, total);
+        names = declare_linear(wr, opt.format, module, li.out_features, li.in_features, w4a4);
       }
       for (const auto& nm : names) new_weight_map[nm] = shard;
     }
+    auto produce = [&](const std::string& module) {
+      if (convert) {
+        LinearWeights lw = ck->load_linear(module, rep);
+        emit_linear(wr, opt.format, module, std::move(lw.weight), lw.has_input_scale, lw.input_global);
+        ++sum.quantized;
+        for (const auto& nm : parts[module]) rep.step(nm, ++done, total);
+        return;
+      }
+      const TensorView& v = tm.get(module + kWeightSuffix);
+      const LinearInfo& li = *todo.at(module);
+      const std::vector<float> w = to_f32(v);  // the only decode of a weight outside a fused set
+      const float own = fused_set_key(module).empty() ? finite_abs_max(v, w.data(), w.size(), 0) : 0.0f;
+      const auto [a, dt] = scale_amax(module, own, v.dtype);
+      Nvfp4Matrix q = ct ? ct_quantize(w.data(), li.out_features, li.in_features, v.dtype, ct_global_enc(a, dt))
+                         : modelopt_quantize(w.data(), li.out_features, li.in_features, a);
+      GlobalScale input;
+      if (w4a4) {
+        const float x = opt.calib_amax.at(module);
+        // Activations use the weights' rule: compressed-tensors rounds 2688/amax to the model dtype;
+        // ModelOpt keeps f32(amax/2688), 1.0 when amax == 0.
+        input = ct ? GlobalScale::from_enc(ct_global_enc(x, model_dtype))
+                   : GlobalScale::from_dec(modelopt_global_dec(x));
+      }
+      const float gs_enc = q.global.enc;
+      emit_linear(wr, opt.format, module, std::move(q), w4a4, input);
+      ++sum.quantized;
+      rep.step(v.name + " -> nvfp4 (global scale " + fmt_float(gs_enc) + ")", ++done, total);
+    };
     sum.out_bytes += wr.data_bytes();
-    wr.write((tdir / shard).string());
+    wr.write((tdir / shard).string(), produce,
+             [&](const std::string& name) { rep.step(name, ++done, total); });
   }
 
   // ---- configs ----

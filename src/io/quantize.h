@@ -10,8 +10,9 @@
 //
 // Cost: a weight outside a fused set is decoded once (its amax comes from the values it is quantized from);
 // members of a fused set are scanned once more beforehand, a block of rows at a time, for the set's amax.
-// Pass-through tensors are written straight from the memory-mapped input, not copied; an output shard holds
-// in memory only its quantized tensors until it is written.
+// Output shards are streamed: pass-through tensors are written straight from the memory-mapped input, not
+// copied, and a module is quantized when its tensors are due and freed once written, so that the memory
+// used beyond the mapping is about one weight in f32 plus its NVFP4 result.
 //
 // The output is built in a temporary directory next to `out` and renamed into place only when complete;
 // on failure nothing is left behind. The input is never modified.

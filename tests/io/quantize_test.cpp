@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -312,6 +313,55 @@ TEST(Quantize, NonFiniteWeightIsAnError) {
     EXPECT_NE(std::string(e.what()).find("element 77"), std::string::npos) << e.what();
   }
   EXPECT_EQ(d.entries(), std::vector<std::string>{"in"});
+  // A member of a fused set is checked when the set's amax is taken, before anything is written.
+  SafetensorsWriter fused;
+  std::vector<float> q = testing::bf16_weights(8, 32, 4), k = testing::bf16_weights(8, 32, 5);
+  k[200] = INFINITY;
+  fused.add_f32("l.q_proj.weight", DType::BF16, {8, 32}, q.data());
+  fused.add_f32("l.k_proj.weight", DType::BF16, {8, 32}, k.data());
+  fused.write(d / "in/model.safetensors");
+  try {
+    quantize_model(d / "in", d / "out", opt);
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("l.k_proj.weight"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("element 200"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(d.entries(), std::vector<std::string>{"in"});
+}
+
+// A fused set's amax is taken a block of rows at a time (2^20 values): a tensor larger than one block, with its
+// largest value and a bad value past the first block, must give the same global scale and element index as a
+// whole-tensor pass.
+TEST(Quantize, FusedAmaxOverSeveralRowBlocks) {
+  TmpDir d;
+  std::filesystem::create_directory(d / "in");
+  const int64_t rows = 1100, cols = 1024;  // 1024 rows per block: a second block of 76 rows
+  std::vector<float> q = testing::bf16_weights(rows, cols, 6), k = testing::bf16_weights(64, cols, 7);
+  q[1050 * cols + 3] = -2.5f;  // the set's largest |w|, in the second block
+  auto write = [&] {
+    SafetensorsWriter wr;
+    wr.add_f32("l.q_proj.weight", DType::BF16, {rows, cols}, q.data());
+    wr.add_f32("l.k_proj.weight", DType::BF16, {64, cols}, k.data());
+    wr.write(d / "in/model.safetensors");
+  };
+  write();
+  write_text(d / "in/config.json", R"({"torch_dtype":"bfloat16"})");
+  QuantizeOptions opt;
+  opt.scheme = QuantScheme::NVFP4A16;
+  quantize_model(d / "in", d / "out", opt);
+  auto ck = Checkpoint::open(d / "out");
+  const float gs = ct_global_enc(2.5f, DType::BF16);
+  EXPECT_EQ(ck->load_linear("l.q_proj").weight.global.enc, gs);
+  EXPECT_EQ(ck->load_linear("l.k_proj").weight.global.enc, gs);
+  q[1099 * cols + 5] = NAN;
+  write();
+  try {
+    quantize_model(d / "in", d / "out2", opt);
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("element " + std::to_string(1099 * cols + 5)), std::string::npos) << e.what();
+  }
 }
 
 TEST(Quantize, ShardedInputGivesShardedOutput) {
@@ -413,6 +463,62 @@ TEST(Convert, CompressedTensorsToModelOptIsByteForByte) {
   EXPECT_EQ(w0.weight.codes, w1.weight.codes);
   EXPECT_EQ(w0.weight.scales, w1.weight.scales);
   EXPECT_EQ(w1.weight.global.enc, 1.0f / (1.0f / w0.weight.global.enc));
+}
+
+// A module whose tensors lie in two shards converts into the shard of its codes; every input tensor is one
+// progress step.
+TEST(Convert, ModuleSplitAcrossShards) {
+  TmpDir d;
+  std::filesystem::create_directory(d / "in");
+  const Tiny t = write_tiny(d / "in", /*sharded=*/true);
+  QuantizeOptions opt;
+  opt.scheme = QuantScheme::NVFP4;
+  opt.calib_amax = calib_for(t);
+  quantize_model(d / "in", d / "ct", opt);
+  // Move two tensors of layer 0's up_proj (its codes stay in shard 1) to shard 2.
+  const std::string m = "model.layers.0.mlp.up_proj";
+  const std::set<std::string> moved = {m + ".weight_scale", m + ".input_global_scale"};
+  std::filesystem::create_directory(d / "split");
+  {
+    auto ct = SafetensorsModel::open(d / "ct");
+    ASSERT_EQ(ct->files().size(), 2u);
+    SafetensorsWriter a, b;
+    json idx;
+    idx["metadata"] = {{"total_size", 0}};
+    for (const auto& f : ct->files()) {
+      const bool first = f->path().find("00001-of") != std::string::npos;
+      for (const TensorView& v : f->tensors()) {
+        const bool to_b = !first || moved.count(v.name);
+        (to_b ? b : a).add(v.name, v.dtype, v.shape, v.data, v.nbytes);
+        idx["weight_map"][v.name] = to_b ? "model-00002-of-00002.safetensors" : "model-00001-of-00002.safetensors";
+      }
+    }
+    a.write(d / "split/model-00001-of-00002.safetensors");
+    b.write(d / "split/model-00002-of-00002.safetensors");
+    write_text(d / "split/model.safetensors.index.json", idx.dump());
+    const auto cfg = read_bytes(d / "ct/config.json");
+    write_text(d / "split/config.json", std::string(cfg.begin(), cfg.end()));
+  }
+  size_t steps = 0, last = 0;
+  Reporter rep;
+  rep.progress = [&](const ProgressEvent& e) {
+    ++steps;
+    EXPECT_EQ(e.done, last + 1);
+    last = e.done;
+  };
+  QuantizeOptions conv;
+  conv.format = CheckpointFormat::ModelOpt;
+  quantize_model(d / "split", d / "mo", conv, rep);
+  EXPECT_EQ(steps, SafetensorsModel::open(d / "split")->names().size());
+  auto ct = Checkpoint::open(d / "ct");
+  auto mo = Checkpoint::open(d / "mo");
+  EXPECT_TRUE(mo->problems().empty());
+  EXPECT_NE(mo->tensors().get(m + ".weight_scale").file->find("00001-of-00002"), std::string::npos);
+  const LinearWeights w0 = ct->load_linear(m), w1 = mo->load_linear(m);
+  EXPECT_EQ(w0.weight.codes, w1.weight.codes);
+  EXPECT_EQ(w0.weight.scales, w1.weight.scales);
+  EXPECT_EQ(w1.input_global.dec, 1.0f / w0.input_global.enc);
+  expect_shards_as_safetensors_writer(d / "mo", d / "scratch.safetensors");
 }
 
 TEST(Quantize, ModelOptW4A16IsRefused) {
