@@ -254,7 +254,10 @@ void attention(const float* q, const float* kc, const float* vc, int64_t n, int6
          std::to_string(kMaxPositions));
   }
   if (nkv <= 0 || nh % nkv != 0) fail("cuda decoder op attention: heads not a multiple of kv heads");
-  const size_t shmem = static_cast<size_t>(pos0 + n) * sizeof(float);
+  // Scores plus 4 floats of slack, rounded to 16 bytes: ptxas merges the guarded tail loads of the
+  // score loops into one wider shared load (up to 12 bytes past the last score read; seen with
+  // compute-sanitizer memcheck), which must stay inside the allocation.
+  const size_t shmem = static_cast<size_t>((pos0 + n + 4 + 3) / 4 * 4) * sizeof(float);
   // The static arrays (q, reduction slots) take ~1.2 KiB; past 32 KiB of scores the 48 KiB default is opted out of.
   if (shmem > 32 * 1024) {
     check(cudaFuncSetAttribute(k_attention, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shmem)),
