@@ -139,6 +139,10 @@ class CudaLinearImpl final : public CudaLinear {
     if (!prepared) own = make_fragment_weights(w.weight);
     const FragmentWeights& f = prepared ? *prepared : own;
     NVFP4_CHECK(f.n == w.weight.rows && f.k == w.weight.cols, "cuda linear '" + w.name + "': prepared weight shape mismatch");
+    // The kernels build exact scale registers with integer operations, which read a NaN scale as a number.
+    const auto nan_scales = std::count_if(f.scales.begin(), f.scales.end(), [](uint8_t b) { return (b & 0x7F) == 0x7F; });
+    NVFP4_CHECK(nan_scales == 0, "cuda linear '" + w.name + "': weight_scale holds " + std::to_string(nan_scales) +
+                                     " NaN values (e4m3 0x7F/0xFF)");
     n_ = f.n;
     k_ = f.k;
     n16_ = f.n16;
@@ -244,13 +248,13 @@ class CudaLinearImpl final : public CudaLinear {
     const int nt = p.m <= 8 ? 1 : p.m <= 16 ? 2 : 4;
     const int64_t mblocks = ceil_div(p.m, 8 * nt);
     const int64_t slots = 2 * static_cast<int64_t>(sms_);  // 2 blocks of 8 warps per SM (registers)
+    const int rule = grid_rule_ < 0 ? kDefaultGridRule : grid_rule_;
     int max_wk = 8;
     while (max_wk > 1 && kc_ / max_wk < 2) max_wk /= 2;
     // Weight tiles per warp (they share the activation fragments, which are 2x the weight bytes per tile
     // at nt = 1): rule 1 (M <= 16) keeps as many as still fill >= 90% of one wave of blocks with the
     // largest K split; rule 0 (the earlier one, and M > 16) halves them until >= 2 blocks per SM before
     // any K split.
-    const int rule = grid_rule_ < 0 ? kDefaultGridRule : grid_rule_;
     int nw = nt == 4 ? 2 : 4;
     if (rule == 1 && nt <= 2) {
       while (nw > 1 && 10 * mblocks * ceil_div(ceil_div(n16_, nw), 8 / max_wk) < 9 * slots) nw /= 2;

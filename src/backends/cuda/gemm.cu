@@ -7,6 +7,7 @@
 //     output factor, which is exact because it is a power of two.
 //   vLLM flavour: T( e2m1 · f32(scale) ) computed in f32 and rounded to T, per element.
 #include <algorithm>
+#include <type_traits>
 
 #include "backends/cuda/cuda_util.cuh"
 #include "backends/cuda/gemm.cuh"
@@ -52,6 +53,41 @@ __device__ __forceinline__ uint32_t exact_scale2(uint32_t s8) {
   return as_u32(A::pack(f, f));
 }
 
+// prmt.b32 in its generic mode: each selector nibble picks a byte (bits 0-2) of {b, a} and, with bit 3 set,
+// replicates that byte's sign bit instead.
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+  return r;
+}
+
+// The two exact-mode scale registers of a weight chunk (the lane's 16-bit scale pair: row g in the low byte,
+// row g+8 in the high byte), each S · 2^kScaleShift in both halves, with integer ops and exact T products
+// instead of two f32 conversions: the e4m3 sign goes to bit 15 and its exponent/mantissa bits into T's
+// exponent/mantissa fields, which reads as S · 2^-120 (bf16) or S · 2^-8 (f16), e4m3 subnormals becoming
+// T subnormals, exact; power-of-two products then give S · 2^kScaleShift (bf16: 2^119 twice, f16: 2^15).
+// Finite scales only (0x7F/0xFF would read as 480: weights with NaN scales are refused at load).
+template <typename T>
+__device__ __forceinline__ void exact_scale_pair(uint32_t sv, uint32_t& s_lo, uint32_t& s_hi) {
+  using A = Act<T>;
+  using T2 = typename A::T2;
+  const uint32_t x = prmt(sv, 0u, 0x9180u);  // [S_g, sign(S_g) x8, S_g8, sign(S_g8) x8]
+  T2 v;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    v = from_u32<T2>((x << 4) & 0x87F087F0u);
+    const T2 k = from_u32<T2>(0x7B007B00u);  // 2^119
+    v = __hmul2(__hmul2(v, k), k);
+  } else {
+    v = from_u32<T2>((x << 7) & 0xBF80BF80u);
+    v = __hmul2(v, from_u32<T2>(0x78007800u));  // 2^15
+  }
+  static_assert(Act<__nv_bfloat16>::kScaleShift == 118 && Act<__half>::kScaleShift == 7,
+                "exact_scale_pair's power-of-two factors assume these scale shifts");
+  const uint32_t u = as_u32(v);
+  s_lo = prmt(u, 0u, 0x1010u);
+  s_hi = prmt(u, 0u, 0x3232u);
+}
+
 // One fragment register from the nibble pair brought to bits 12..15 / 28..31 of q.
 template <typename T, bool kVllm>
 __device__ __forceinline__ uint32_t deq_pair(uint32_t q, uint32_t scale2, float scale_f) {
@@ -63,18 +99,170 @@ __device__ __forceinline__ uint32_t deq_pair(uint32_t q, uint32_t scale2, float 
   return as_u32(A::pack(__fmul_rn(A::to_f32(v, 0), scale_f), __fmul_rn(A::to_f32(v, 1), scale_f)));
 }
 
+// Accumulates chunks [c0, c1) of weight tiles tile0 .. tile0+kNW-1 (a missing tile re-reads the last one;
+// its outputs are never stored) for the token rows m0 + 8j + g (j < kNT; rows past M re-read row M-1) into
+// acc. Two register stages: the loads of one are in flight while the other is computed.
+template <typename T, int kMode, int kNT, int kNW>
+__device__ __forceinline__ void accumulate(const GemmParams& p, int tile0, int64_t m0, int c0, int c1,
+                                           float (&acc)[kNW][kNT][4]) {
+  constexpr bool kVllm = kMode == static_cast<int>(Mode::W4A4_VLLM);
+  constexpr bool kActQ = kMode != static_cast<int>(Mode::W4A16);
+  constexpr int kU = kNW * kNT <= 2 ? 2 : 1;  // chunks per register stage (two stages in flight)
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  int64_t rows[kNT];
+#pragma unroll
+  for (int j = 0; j < kNT; ++j) rows[j] = min(m0 + 8 * j + g, p.m - 1);
+  const uint4* wp[kNW];
+  const uint16_t* sp[kNW];
+#pragma unroll
+  for (int i = 0; i < kNW; ++i) {
+    const int tile = min(tile0 + i, p.n16 - 1);
+    wp[i] = p.wq + static_cast<int64_t>(tile) * p.kc * 32 + lane;
+    sp[i] = p.ws + static_cast<int64_t>(tile) * p.kc * 32 + lane;
+  }
+
+  struct Stage {
+    uint4 wv[kU][kNW];
+    uint32_t sv[kU][kNW];
+    uint4 xv[kU][kNT][kActQ ? 1 : 2];  // W4A4: .x/.y codes, .z scale byte
+  };
+  auto load = [&](Stage& st, int c) {
+    auto& wv = st.wv;
+    auto& sv = st.sv;
+    auto& xv = st.xv;
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int cu = c + u;
+      const bool in = cu < c1;
+#pragma unroll
+      for (int i = 0; i < kNW; ++i) {
+        wv[u][i] = in ? ld_stream(wp[i] + static_cast<int64_t>(cu) * 32) : make_uint4(0, 0, 0, 0);
+        sv[u][i] = in ? sp[i][static_cast<int64_t>(cu) * 32] : 0u;
+      }
+      const int k0 = cu * 64 + 16 * t;
+      const bool kin = in && k0 < p.k;
+#pragma unroll
+      for (int j = 0; j < kNT; ++j) {
+        if (!kActQ) {
+          const uint4* xp = reinterpret_cast<const uint4*>(static_cast<const T*>(p.x) + rows[j] * p.k + k0);
+          xv[u][j][0] = kin ? xp[0] : make_uint4(0, 0, 0, 0);
+          xv[u][j][kActQ ? 0 : 1] = kin ? xp[1] : make_uint4(0, 0, 0, 0);
+        } else {
+          const uint8_t* cp = static_cast<const uint8_t*>(p.x) + rows[j] * (p.k / 2) + k0 / 2;
+          const uint2 cv = kin ? *reinterpret_cast<const uint2*>(cp) : make_uint2(0, 0);
+          const uint32_t s = kin ? p.xs[rows[j] * (p.k / 16) + k0 / 16] : 0u;
+          xv[u][j][0] = make_uint4(cv.x, cv.y, s, 0);
+        }
+      }
+    }
+  };
+  auto compute = [&](Stage& st, int c) {
+    auto& wv = st.wv;
+    auto& sv = st.sv;
+    auto& xv = st.xv;
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      if (c + u >= c1) break;
+      // activation scales (W4A4 flavours; NaN scales of NaN inputs must stay NaN: f32 conversion)
+      uint32_t xs2[kNT];
+      float xsf[kNT];
+#pragma unroll
+      for (int j = 0; j < kNT; ++j) {
+        xs2[j] = 0;
+        xsf[j] = 0.f;
+        if (kActQ) {
+          const uint32_t s8 = xv[u][j][0].z;
+          if (kVllm)
+            xsf[j] = __fdiv_rn(e4m3_to_f32(s8), p.x_gs);
+          else
+            xs2[j] = exact_scale2<T>(s8);
+        }
+      }
+      // weight scales of rows g and g+8 of each tile
+      uint32_t ws2[kNW][2];
+      float wsf[kNW][2];
+#pragma unroll
+      for (int i = 0; i < kNW; ++i) {
+        if constexpr (!kVllm) {
+          exact_scale_pair<T>(sv[u][i], ws2[i][0], ws2[i][1]);
+          wsf[i][0] = wsf[i][1] = 0.f;
+        } else {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            ws2[i][h] = 0;
+            wsf[i][h] = __fmul_rn(e4m3_to_f32((sv[u][i] >> (8 * h)) & 0xFF), p.w_dec);
+          }
+        }
+      }
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        uint32_t b[kNT][2];
+#pragma unroll
+        for (int j = 0; j < kNT; ++j) {
+          if (!kActQ) {
+            const uint4& lo = xv[u][j][0];
+            const uint4& hi = xv[u][j][kActQ ? 0 : 1];
+            const uint32_t w8[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+            b[j][0] = w8[2 * s];
+            b[j][1] = w8[2 * s + 1];
+          } else {
+            const uint32_t word = (s < 2) ? xv[u][j][0].x : xv[u][j][0].y;
+            const int p0 = 2 * (s % 2);
+            b[j][0] = deq_pair<T, kVllm>(word << (4 * p0), xs2[j], xsf[j]);
+            b[j][1] = deq_pair<T, kVllm>(word << (4 * (p0 + 1)), xs2[j], xsf[j]);
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < kNW; ++i) {
+          const uint32_t q = s == 0 ? wv[u][i].x : s == 1 ? wv[u][i].y : s == 2 ? wv[u][i].z : wv[u][i].w;
+          uint32_t a[4];
+#pragma unroll
+          for (int pp = 0; pp < 4; ++pp) a[pp] = deq_pair<T, kVllm>(q << (4 * pp), ws2[i][pp & 1], wsf[i][pp & 1]);
+#pragma unroll
+          for (int j = 0; j < kNT; ++j) mma16816<T>(acc[i][j], a, b[j][0], b[j][1]);
+        }
+      }
+    }
+  };
+  Stage a, b;
+  if (c0 < c1) load(a, c0);
+  for (int c = c0; c < c1; c += 2 * kU) {
+    load(b, c + kU);
+    compute(a, c);
+    load(a, c + 2 * kU);
+    compute(b, c + kU);
+  }
+}
+
+// Epilogue of one tile group: y = T(T(acc · out_scale) + bias) for the rows and tokens inside the output.
+template <typename T, int kNT, int kNW>
+__device__ __forceinline__ void store_tiles(const GemmParams& p, int tile0, int64_t m0,
+                                            const float (&acc)[kNW][kNT][4]) {
+  using A = Act<T>;
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  T* y = static_cast<T*>(p.y);
+#pragma unroll
+  for (int i = 0; i < kNW; ++i)
+#pragma unroll
+    for (int j = 0; j < kNT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int n = (tile0 + i) * 16 + g + 8 * (e >> 1);
+        const int64_t tok = m0 + 8 * j + 2 * t + (e & 1);
+        if (tile0 + i >= p.n16 || n >= p.n || tok >= p.m) continue;
+        T out = A::one(__fmul_rn(acc[i][j][e], p.out_scale));
+        if (p.bias) out = A::one(__fadd_rn(A::back(out), p.bias[n]));
+        y[tok * p.n + n] = out;
+      }
+}
+
 // Block: 8 warps; warp w handles kNW consecutive 16-row weight tiles (sharing the activation fragments) and
 // one of p.wk K ranges; the wk partial sums of a tile group are added in a fixed order (deterministic).
 // Grid: x = token tiles of 8·kNT (fastest, so blocks reading the same weights run together), y = tile groups.
 template <typename T, int kMode, int kNT, int kNW>
 __global__ void __launch_bounds__(256, 2) fused_gemm_kernel(const GemmParams p) {
-  using A = Act<T>;
-  constexpr bool kVllm = kMode == static_cast<int>(Mode::W4A4_VLLM);
-  constexpr bool kActQ = kMode != static_cast<int>(Mode::W4A16);
-  constexpr int kU = kNW * kNT <= 2 ? 2 : 1;  // chunks per register stage (two stages in flight)
   __shared__ float red[8][kNW * kNT * 4][32];
-
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int wk = p.wk, wn = warp / wk, kk = warp % wk;
   const int tile0 = (blockIdx.y * (8 / wk) + wn) * kNW;
   const int64_t m0 = static_cast<int64_t>(blockIdx.x) * 8 * kNT;
@@ -91,129 +279,7 @@ __global__ void __launch_bounds__(256, 2) fused_gemm_kernel(const GemmParams p) 
   if (active) {
     const int per = (p.kc + wk - 1) / wk;
     const int c0 = kk * per, c1 = min(p.kc, c0 + per);
-    int64_t rows[kNT];
-#pragma unroll
-    for (int j = 0; j < kNT; ++j) rows[j] = min(m0 + 8 * j + g, p.m - 1);
-    const uint4* wp[kNW];
-    const uint16_t* sp[kNW];
-#pragma unroll
-    for (int i = 0; i < kNW; ++i) {
-      const int tile = min(tile0 + i, p.n16 - 1);  // a missing tile re-reads the last one; never stored
-      wp[i] = p.wq + static_cast<int64_t>(tile) * p.kc * 32 + lane;
-      sp[i] = p.ws + static_cast<int64_t>(tile) * p.kc * 32 + lane;
-    }
-
-    // Two register stages: the loads of one are in flight while the other is computed.
-    struct Stage {
-      uint4 wv[kU][kNW];
-      uint32_t sv[kU][kNW];
-      uint4 xv[kU][kNT][kActQ ? 1 : 2];  // W4A4: .x/.y codes, .z scale byte
-    };
-    auto load = [&](Stage& st, int c) {
-      auto& wv = st.wv;
-      auto& sv = st.sv;
-      auto& xv = st.xv;
-#pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        const int cu = c + u;
-        const bool in = cu < c1;
-#pragma unroll
-        for (int i = 0; i < kNW; ++i) {
-          wv[u][i] = in ? ld_stream(wp[i] + static_cast<int64_t>(cu) * 32) : make_uint4(0, 0, 0, 0);
-          sv[u][i] = in ? sp[i][static_cast<int64_t>(cu) * 32] : 0u;
-        }
-        const int k0 = cu * 64 + 16 * t;
-        const bool kin = in && k0 < p.k;
-#pragma unroll
-        for (int j = 0; j < kNT; ++j) {
-          if (!kActQ) {
-            const uint4* xp = reinterpret_cast<const uint4*>(static_cast<const T*>(p.x) + rows[j] * p.k + k0);
-            xv[u][j][0] = kin ? xp[0] : make_uint4(0, 0, 0, 0);
-            xv[u][j][kActQ ? 0 : 1] = kin ? xp[1] : make_uint4(0, 0, 0, 0);
-          } else {
-            const uint8_t* cp = static_cast<const uint8_t*>(p.x) + rows[j] * (p.k / 2) + k0 / 2;
-            const uint2 cv = kin ? *reinterpret_cast<const uint2*>(cp) : make_uint2(0, 0);
-            const uint32_t s = kin ? p.xs[rows[j] * (p.k / 16) + k0 / 16] : 0u;
-            xv[u][j][0] = make_uint4(cv.x, cv.y, s, 0);
-          }
-        }
-      }
-    };
-    auto compute = [&](Stage& st, int c) {
-      auto& wv = st.wv;
-      auto& sv = st.sv;
-      auto& xv = st.xv;
-#pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        if (c + u >= c1) break;
-        // activation scales (W4A4 flavours)
-        uint32_t xs2[kNT];
-        float xsf[kNT];
-#pragma unroll
-        for (int j = 0; j < kNT; ++j) {
-          xs2[j] = 0;
-          xsf[j] = 0.f;
-          if (kActQ) {
-            const uint32_t s8 = xv[u][j][0].z;
-            if (kVllm)
-              xsf[j] = __fdiv_rn(e4m3_to_f32(s8), p.x_gs);
-            else
-              xs2[j] = exact_scale2<T>(s8);
-          }
-        }
-        // weight scales of rows g and g+8 of each tile
-        uint32_t ws2[kNW][2];
-        float wsf[kNW][2];
-#pragma unroll
-        for (int i = 0; i < kNW; ++i)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const uint32_t s8 = (sv[u][i] >> (8 * h)) & 0xFF;
-            ws2[i][h] = 0;
-            wsf[i][h] = 0.f;
-            if (kVllm)
-              wsf[i][h] = __fmul_rn(e4m3_to_f32(s8), p.w_dec);
-            else
-              ws2[i][h] = exact_scale2<T>(s8);
-          }
-#pragma unroll
-        for (int s = 0; s < 4; ++s) {
-          uint32_t b[kNT][2];
-#pragma unroll
-          for (int j = 0; j < kNT; ++j) {
-            if (!kActQ) {
-              const uint4& lo = xv[u][j][0];
-              const uint4& hi = xv[u][j][kActQ ? 0 : 1];
-              const uint32_t w8[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-              b[j][0] = w8[2 * s];
-              b[j][1] = w8[2 * s + 1];
-            } else {
-              const uint32_t word = (s < 2) ? xv[u][j][0].x : xv[u][j][0].y;
-              const int p0 = 2 * (s % 2);
-              b[j][0] = deq_pair<T, kVllm>(word << (4 * p0), xs2[j], xsf[j]);
-              b[j][1] = deq_pair<T, kVllm>(word << (4 * (p0 + 1)), xs2[j], xsf[j]);
-            }
-          }
-#pragma unroll
-          for (int i = 0; i < kNW; ++i) {
-            const uint32_t q = s == 0 ? wv[u][i].x : s == 1 ? wv[u][i].y : s == 2 ? wv[u][i].z : wv[u][i].w;
-            uint32_t a[4];
-#pragma unroll
-            for (int pp = 0; pp < 4; ++pp) a[pp] = deq_pair<T, kVllm>(q << (4 * pp), ws2[i][pp & 1], wsf[i][pp & 1]);
-#pragma unroll
-            for (int j = 0; j < kNT; ++j) mma16816<T>(acc[i][j], a, b[j][0], b[j][1]);
-          }
-        }
-      }
-    };
-    Stage a, b;
-    if (c0 < c1) load(a, c0);
-    for (int c = c0; c < c1; c += 2 * kU) {
-      load(b, c + kU);
-      compute(a, c);
-      load(a, c + 2 * kU);
-      compute(b, c + kU);
-    }
+    accumulate<T, kMode, kNT, kNW>(p, tile0, m0, c0, c1, acc);
   }
 
   if (wk > 1) {
@@ -235,36 +301,28 @@ __global__ void __launch_bounds__(256, 2) fused_gemm_kernel(const GemmParams p) 
     }
   }
   if (kk != 0 || !active) return;
-  T* y = static_cast<T*>(p.y);
-#pragma unroll
-  for (int i = 0; i < kNW; ++i)
-#pragma unroll
-    for (int j = 0; j < kNT; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int n = (tile0 + i) * 16 + g + 8 * (e >> 1);
-        const int64_t tok = m0 + 8 * j + 2 * t + (e & 1);
-        if (tile0 + i >= p.n16 || n >= p.n || tok >= p.m) continue;
-        T out = A::one(__fmul_rn(acc[i][j][e], p.out_scale));
-        if (p.bias) out = A::one(__fadd_rn(A::back(out), p.bias[n]));
-        y[tok * p.n + n] = out;
-      }
+  store_tiles<T, kNT, kNW>(p, tile0, m0, acc);
+}
+
+template <typename T, int kMode, int kNT, int kNW>
+void launch_kernel(const GemmParams& p, cudaStream_t stream) {
+  const int groups_per_block = 8 / p.wk;
+  dim3 grid(static_cast<unsigned>(ceil_div(p.m, 8 * kNT)),
+            static_cast<unsigned>(ceil_div(ceil_div(p.n16, kNW), groups_per_block)));
+  fused_gemm_kernel<T, kMode, kNT, kNW><<<grid, 256, 0, stream>>>(p);
 }
 
 template <typename T, int kMode, int kNT>
 void launch_nt(const GemmParams& p, int nw, cudaStream_t stream) {
-  const int groups_per_block = 8 / p.wk;
-  dim3 grid(static_cast<unsigned>(ceil_div(p.m, 8 * kNT)),
-            static_cast<unsigned>(ceil_div(ceil_div(p.n16, nw), groups_per_block)));
   switch (nw) {
     case 1:
-      fused_gemm_kernel<T, kMode, kNT, 1><<<grid, 256, 0, stream>>>(p);
+      launch_kernel<T, kMode, kNT, 1>(p, stream);
       break;
     case 2:
-      fused_gemm_kernel<T, kMode, kNT, 2><<<grid, 256, 0, stream>>>(p);
+      launch_kernel<T, kMode, kNT, 2>(p, stream);
       break;
     default:
-      if constexpr (kNT < 4) fused_gemm_kernel<T, kMode, kNT, 4><<<grid, 256, 0, stream>>>(p);
+      if constexpr (kNT < 4) launch_kernel<T, kMode, kNT, 4>(p, stream);
       break;
   }
 }

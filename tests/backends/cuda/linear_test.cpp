@@ -29,6 +29,7 @@ const Semantics kAllSemantics[] = {Semantics::W4A16, Semantics::W4A4, Semantics:
 LinearWeights abs_layer(const LinearWeights& w) {
   LinearWeights a = w;
   for (auto& c : a.weight.codes) c &= 0x77;
+  for (auto& sc : a.weight.scales) sc &= 0x7F;  // negative block scales too
   a.bias.clear();
   return a;
 }
@@ -185,10 +186,11 @@ TEST(CudaLinear, FlavoursAreNotInterchangedOnEitherPath) {
 }
 
 // Both grid rules of the fused kernel on layers whose shapes give 1, 2 and 4 weight tiles per warp, K splits,
-// a partial last tile and one or two token tiles (the rules differ only at M <= 16).
+// a partial last tile, few chunks per warp (16400x192: 3) and one or two token tiles (the rules differ only
+// at M <= 16).
 TEST(CudaLinear, FusedGridRulesWithinDerivedBound) {
   NVFP4_REQUIRE_GPU();
-  const int64_t shapes[][2] = {{1100, 4096}, {40, 512}, {4100, 1024}, {16, 64}};
+  const int64_t shapes[][2] = {{1100, 4096}, {40, 512}, {4100, 1024}, {16, 64}, {16400, 192}};
   uint32_t seed = 900;
   for (const auto& sh : shapes)
     for (Semantics s : kAllSemantics) {
@@ -199,6 +201,26 @@ TEST(CudaLinear, FusedGridRulesWithinDerivedBound) {
         for (int rule : {0, 1})
           check_bound(w, s, DType::BF16, x, m,
                       label(s, DType::BF16, m, sh[0], sh[1]) + "/grid" + std::to_string(rule), 0, rule);
+      }
+    }
+}
+
+// A layer where 4 weight tiles per warp are chosen (on a 132-SM H200) and the last group has 3 tiles, the
+// last tile 8 rows, K = 65 chunks (odd: the two-stage pipeline ends on a half stage), fp16 too: within the
+// bound, and bit-identical on a second call (fixed summation order of the K split).
+TEST(CudaLinear, OddShapeDeterministicAndWithinBound) {
+  NVFP4_REQUIRE_GPU();
+  const int64_t n = 17000, k = 4160;
+  uint32_t seed = 1300;
+  for (DType t : {DType::BF16, DType::F16})
+    for (Semantics s : kAllSemantics) {
+      const LinearWeights w = random_layer(n, k, scale_range(0x28, 0x5F), 2688.0f / 0.3f, true, 2688.0f / 7.0f,
+                                           true, t, seed++);
+      for (int64_t m : {1, 16}) {
+        const auto x = random_activations(t, m, k, 1.0f, seed++);
+        const std::string what = label(s, t, m, n, k);
+        check_bound(w, s, t, x, m, what);
+        EXPECT_EQ(run_gpu(w, s, t, x, m), run_gpu(w, s, t, x, m)) << what << ": two calls differ";
       }
     }
 }
@@ -244,6 +266,13 @@ TEST(CudaLinear, TinyScalesAndGlobalScaleOne) {
         const auto x = random_activations(t, m, 256, 1.0f, seed++);
         check_bound(w, s, t, x, m, label(s, t, m, 48, 256) + "/tiny");
       }
+      // Negative block scales (sign bit set; the integer scale conversion keeps it), fused and large-M paths.
+      const LinearWeights neg = random_layer(48, 256, scale_range(0xA8, 0xC0), 2688.0f / 0.3f, true,
+                                             2688.0f / 7.0f, true, t, seed++);
+      for (int64_t m : {1, 16, 100}) {
+        const auto x = random_activations(t, m, 256, 1.0f, seed++);
+        check_bound(neg, s, t, x, m, label(s, t, m, 48, 256) + "/negative-scales");
+      }
     }
 }
 
@@ -259,6 +288,11 @@ TEST(CudaLinear, RejectsBadInput) {
   bad = w;
   bad.weight.cols = 24;
   EXPECT_THROW(CudaLinear::create(bad, Semantics::W4A16, DType::BF16, 0), Error);
+  for (uint8_t nan : {0x7F, 0xFF}) {  // NaN block scales
+    bad = w;
+    bad.weight.scales[5] = nan;
+    EXPECT_THROW(CudaLinear::create(bad, Semantics::W4A16, DType::BF16, 0), Error);
+  }
   auto lin = CudaLinear::create(w, Semantics::W4A16, DType::BF16, 0);
   DeviceBytes buf(4096);
   EXPECT_THROW(lin->run(buf.as<uint8_t>() + 2, 1, buf.p, nullptr), Error);
