@@ -14,6 +14,20 @@
 
 namespace nvfp4::io {
 
+bool write_all(int fd, const void* data, size_t n) {
+  const uint8_t* b = static_cast<const uint8_t*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd, b, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    b += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
 void write_file_atomic(const std::string& path, const std::vector<std::pair<const void*, size_t>>& chunks) {
   namespace fs = std::filesystem;
   const fs::path target(path);
@@ -21,22 +35,9 @@ void write_file_atomic(const std::string& path, const std::vector<std::pair<cons
   std::string tmpl = (dir / ("." + target.filename().string() + ".tmp.XXXXXX")).string();
   const int fd = mkstemp(tmpl.data());
   if (fd < 0) fail("cannot create a temporary file next to '" + path + "': " + std::strerror(errno));
-  auto write_all = [&](const void* p, size_t sz) {
-    const uint8_t* b = static_cast<const uint8_t*>(p);
-    while (sz > 0) {
-      const ssize_t w = ::write(fd, b, sz);
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        return false;
-      }
-      b += w;
-      sz -= static_cast<size_t>(w);
-    }
-    return true;
-  };
   bool ok = true;
   for (const auto& c : chunks) {
-    ok = write_all(c.first, c.second);
+    ok = write_all(fd, c.first, c.second);
     if (!ok) break;
   }
   const int err = errno;

@@ -80,8 +80,8 @@ std::string fmt_float(float v) {
 // the tensors of a quantized linear are declared up front and produced (quantized, or loaded for a format
 // conversion) only when the first of them is due, then freed once written, so that at most one module's
 // results are held in memory. The bytes are those of SafetensorsWriter::write (tensors sorted by name, data in
-// that order, header = nlohmann::json dump with "__metadata__" {"format": "pt"}, padded with spaces to a
-// multiple of 8); the Quantize tests check the output against SafetensorsWriter byte for byte. The file is
+// that order, the header of safetensors_header); the Quantize tests check the output against
+// SafetensorsWriter byte for byte. The file is
 // written in place: quantize_model builds the whole output in a temporary folder that is renamed when
 // complete.
 class ShardWriter {
@@ -120,22 +120,10 @@ class ShardWriter {
   // nvfp4::Error naming the path.
   void write(const std::string& path, const std::function<void(const std::string& module)>& produce,
              const std::function<void(const std::string& name)>& copied) {
-    json h = json::object();
-    h["__metadata__"] = json::object({{"format", "pt"}});
-    uint64_t off = 0;
-    for (const auto& [name, e] : entries_) {  // std::map: sorted by name; data in the same order
-      json t;
-      t["dtype"] = dtype_name(e.dtype);
-      t["shape"] = e.shape;
-      t["data_offsets"] = {off, off + e.nbytes};
-      off += e.nbytes;
-      h[name] = std::move(t);
-    }
-    std::string text = h.dump();
-    while (text.size() % 8) text += ' ';  // data buffer starts 8-byte aligned
-    uint8_t len[8];
-    const uint64_t n = text.size();
-    for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(n >> (8 * i));
+    std::vector<SafetensorsHeaderEntry> tensors;
+    for (const auto& [name, e] : entries_)  // std::map: sorted by name; data in the same order
+      tensors.push_back({name, e.dtype, e.shape, e.nbytes});
+    const std::string header = safetensors_header(tensors);
 
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) fail("cannot create '" + path + "': " + std::strerror(errno));
@@ -144,17 +132,9 @@ class ShardWriter {
       ~Closer() { if (fd >= 0) ::close(fd); }
     } closer{fd};
     auto put_bytes = [&](const void* p, size_t sz) {
-      const uint8_t* b = static_cast<const uint8_t*>(p);
-      while (sz > 0) {
-        const ssize_t w = ::write(fd, b, sz);
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0) fail("cannot write '" + path + "': " + std::strerror(errno));
-        b += w;
-        sz -= static_cast<size_t>(w);
-      }
+      if (!write_all(fd, p, sz)) fail("cannot write '" + path + "': " + std::strerror(errno));
     };
-    put_bytes(len, 8);
-    put_bytes(text.data(), text.size());
+    put_bytes(header.data(), header.size());
     for (auto& [name, e] : entries_) {
       if (!e.data) produce(e.module);
       if (!e.data) fail("tensor '" + name + "' of module '" + e.module + "' was not produced");

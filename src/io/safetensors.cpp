@@ -435,28 +435,36 @@ uint64_t SafetensorsWriter::data_bytes() const {
   return n;
 }
 
-void SafetensorsWriter::write(const std::string& path) const {
+std::string safetensors_header(const std::vector<SafetensorsHeaderEntry>& tensors,
+                               const std::map<std::string, std::string>& metadata) {
   json h = json::object();
   json meta = json::object();
   meta["format"] = "pt";
-  for (const auto& kv : metadata_) meta[kv.first] = kv.second;
+  for (const auto& kv : metadata) meta[kv.first] = kv.second;
   h["__metadata__"] = meta;
   uint64_t off = 0;
-  for (const auto& [name, e] : entries_) {  // std::map: sorted by name; data in the same order
+  for (const auto& e : tensors) {
     json t;
     t["dtype"] = dtype_name(e.dtype);
     t["shape"] = e.shape;
-    t["data_offsets"] = {off, off + e.bytes.size()};
-    off += e.bytes.size();
-    h[name] = std::move(t);
+    t["data_offsets"] = {off, off + e.nbytes};
+    off += e.nbytes;
+    h[e.name] = std::move(t);
   }
   std::string text = h.dump();
   while (text.size() % 8) text += ' ';  // data buffer starts 8-byte aligned
-  uint8_t len[8];
-  uint64_t n = text.size();
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(n >> (8 * i));
+  std::string out(8, '\0');
+  const uint64_t n = text.size();
+  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>(static_cast<uint8_t>(n >> (8 * i)));
+  return out + text;
+}
 
-  std::vector<std::pair<const void*, size_t>> chunks = {{len, 8}, {text.data(), text.size()}};
+void SafetensorsWriter::write(const std::string& path) const {
+  std::vector<SafetensorsHeaderEntry> tensors;
+  for (const auto& [name, e] : entries_)  // std::map: sorted by name; data in the same order
+    tensors.push_back({name, e.dtype, e.shape, e.bytes.size()});
+  const std::string header = safetensors_header(tensors, metadata_);
+  std::vector<std::pair<const void*, size_t>> chunks = {{header.data(), header.size()}};
   for (const auto& kv : entries_) chunks.emplace_back(kv.second.bytes.data(), kv.second.bytes.size());
   write_file_atomic(path, chunks);
 }

@@ -106,6 +106,19 @@ class SafetensorsModel {
 // other dtypes, naming the tensor.
 std::vector<float> to_f32(const TensorView& t);
 
+// One tensor of a safetensors header; its data take `nbytes` bytes.
+struct SafetensorsHeaderEntry {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> shape;
+  uint64_t nbytes;
+};
+// The bytes that start every .safetensors file this project writes: the 8-byte little-endian header length,
+// then the JSON header (the tensors with consecutive data offsets in the order given, and "__metadata__"
+// {"format": "pt"} plus `metadata`), padded with spaces so that the data that follow start 8-byte aligned.
+std::string safetensors_header(const std::vector<SafetensorsHeaderEntry>& tensors,
+                               const std::map<std::string, std::string>& metadata = {});
+
 // Collects tensors and writes one .safetensors file atomically.
 class SafetensorsWriter {
  public:
