@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -43,10 +44,12 @@ struct LayerRow {
 };
 
 uint64_t module_bytes(const io::Checkpoint& ck, const std::string& module) {
-  static const char* kParts[] = {".weight",       ".weight_packed", ".weight_scale", ".weight_global_scale",
-                                 ".weight_scale_2", ".input_global_scale", ".input_scale", ".bias"};
+  // Every tensor a linear module can have in either format, each counted once.
+  std::set<std::string> parts = {io::kWeightSuffix, io::kBiasSuffix};
+  for (const io::LinearTensorSuffixes& s : {io::kCompressedTensorsSuffixes, io::kModelOptSuffixes})
+    parts.insert({s.codes, s.block_scales, s.weight_global, s.input_global});
   uint64_t b = 0;
-  for (const char* p : kParts)
+  for (const std::string& p : parts)
     if (const io::TensorView* v = ck.tensors().find(module + p)) b += v->nbytes;
   return b;
 }
