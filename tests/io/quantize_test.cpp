@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -115,6 +116,17 @@ void expect_within_quant_bound(const std::vector<float>& x, const Nvfp4Matrix& q
       }
     }
   EXPECT_GT(worst, 0.0) << what << ": quantization changed nothing (trivial test)";
+}
+
+// quantize_model must throw, with every one of `needles` in the one-line message.
+void expect_quantize_error(const std::string& in, const std::string& out, const QuantizeOptions& opt,
+                           std::initializer_list<std::string> needles) {
+  try {
+    quantize_model(in, out, opt);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    for (const std::string& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
+  }
 }
 
 TEST(Quantize, CompressedTensorsW4A16) {
@@ -281,13 +293,7 @@ TEST(Quantize, KNotMultipleOf16IsAnErrorUnlessIgnored) {
   write_text(d / "in/config.json", R"({"torch_dtype":"bfloat16"})");
   QuantizeOptions opt;
   opt.scheme = QuantScheme::NVFP4A16;
-  try {
-    quantize_model(d / "in", d / "out", opt);
-    ADD_FAILURE();
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("odd.weight"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("K = 24"), std::string::npos) << e.what();
-  }
+  expect_quantize_error(d / "in", d / "out", opt, {"odd.weight", "K = 24"});
   EXPECT_EQ(d.entries(), std::vector<std::string>{"in"});
   opt.ignore.push_back("re:od");
   const auto s = quantize_model(d / "in", d / "out", opt);
@@ -305,13 +311,7 @@ TEST(Quantize, NonFiniteWeightIsAnError) {
   write_text(d / "in/config.json", R"({"torch_dtype":"bfloat16"})");
   QuantizeOptions opt;
   opt.scheme = QuantScheme::NVFP4A16;
-  try {
-    quantize_model(d / "in", d / "out", opt);
-    ADD_FAILURE();
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("bad.weight"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("element 77"), std::string::npos) << e.what();
-  }
+  expect_quantize_error(d / "in", d / "out", opt, {"bad.weight", "element 77"});
   EXPECT_EQ(d.entries(), std::vector<std::string>{"in"});
   // A member of a fused set is checked when the set's amax is taken, before anything is written.
   SafetensorsWriter fused;
@@ -320,13 +320,7 @@ TEST(Quantize, NonFiniteWeightIsAnError) {
   fused.add_f32("l.q_proj.weight", DType::BF16, {8, 32}, q.data());
   fused.add_f32("l.k_proj.weight", DType::BF16, {8, 32}, k.data());
   fused.write(d / "in/model.safetensors");
-  try {
-    quantize_model(d / "in", d / "out", opt);
-    ADD_FAILURE();
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("l.k_proj.weight"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("element 200"), std::string::npos) << e.what();
-  }
+  expect_quantize_error(d / "in", d / "out", opt, {"l.k_proj.weight", "element 200"});
   EXPECT_EQ(d.entries(), std::vector<std::string>{"in"});
 }
 
@@ -356,12 +350,7 @@ TEST(Quantize, FusedAmaxOverSeveralRowBlocks) {
   EXPECT_EQ(ck->load_linear("l.k_proj").weight.global.enc, gs);
   q[1099 * cols + 5] = NAN;
   write();
-  try {
-    quantize_model(d / "in", d / "out2", opt);
-    ADD_FAILURE();
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("element " + std::to_string(1099 * cols + 5)), std::string::npos) << e.what();
-  }
+  expect_quantize_error(d / "in", d / "out2", opt, {"element " + std::to_string(1099 * cols + 5)});
 }
 
 TEST(Quantize, ShardedInputGivesShardedOutput) {
