@@ -112,6 +112,40 @@ void* blas_workspace(int device, cudaStream_t stream) {
   return p;
 }
 
+// cuBLAS handle, one per device for the whole process (a model has hundreds of layers; each handle holds
+// device memory and library state). Created with the math mode once; the stream and the workspace are set
+// per call by whoever holds `mu`, which stays held for the whole GEMM loop so that calls from several
+// threads never interleave one's set-stream with another's GEMMs. Never destroyed: layers may outlive
+// static destructors.
+struct BlasHandle {
+  std::mutex mu;
+  cublasHandle_t handle = nullptr;
+};
+// Caller has `device` current (cublasCreate binds the handle to it). `who` names the caller in errors.
+BlasHandle& blas_handle(int device, const std::string& who) {
+  static std::mutex mu;
+  static auto* handles = new std::map<int, BlasHandle*>();
+  std::lock_guard<std::mutex> lock(mu);
+  BlasHandle*& b = (*handles)[device];
+  if (!b) {
+    cublasHandle_t h = nullptr;
+    cublasStatus_t st = cublasCreate(&h);
+    NVFP4_CHECK(st == CUBLAS_STATUS_SUCCESS, who + ": cublasCreate failed on device " + std::to_string(device) +
+                                                 " (status " + std::to_string(static_cast<int>(st)) + ")");
+    // Split-K partial sums must stay in f32: by default cuBLAS may reduce them in the 16-bit output type,
+    // which breaks the f32-accumulation bound of docs/TESTING.md.
+    st = cublasSetMathMode(h, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
+                                                       CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
+    if (st != CUBLAS_STATUS_SUCCESS) {
+      cublasDestroy(h);
+      fail(who + ": cublasSetMathMode failed (status " + std::to_string(static_cast<int>(st)) + ")");
+    }
+    b = new BlasHandle;
+    b->handle = h;
+  }
+  return *b;
+}
+
 class CudaLinearImpl final : public CudaLinear {
  public:
   CudaLinearImpl(const LinearWeights& w, const FragmentWeights* prepared, Semantics s, DType act, int device)
@@ -158,11 +192,7 @@ class CudaLinearImpl final : public CudaLinear {
     x_enc_ = w.input_global.enc;
     x_dec_ = w.input_global.dec;
     check_cuda(cudaGetLastError(), "upload");
-    if (cublasCreate(&blas_) != CUBLAS_STATUS_SUCCESS) fail("cuda linear '" + w.name + "': cublasCreate failed");
-    // Split-K partial sums must stay in f32: by default cuBLAS may reduce them in the 16-bit output type,
-    // which breaks the f32-accumulation bound of docs/TESTING.md.
-    cublasSetMathMode(blas_, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
-                                                       CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
+    blas_ = &blas_handle(device, "cuda linear '" + w.name + "'");
 
     const int64_t rows = std::max<int64_t>(128, kWeightChunkBytes / (2 * k_) / 128 * 128);
     chunk_rows_ = static_cast<int>(std::min<int64_t>(rows, n16_ * 16));
@@ -177,10 +207,6 @@ class CudaLinearImpl final : public CudaLinear {
   }
   void set_grid_rule(int r) { grid_rule_ = r; }
   void set_fused_max_m(int64_t m) { fused_max_m_ = m < 0 ? default_fused_max_m(sem_, n_, k_) : m; }
-  ~CudaLinearImpl() override {
-    if (blas_) cublasDestroy(blas_);
-  }
-
   Semantics semantics() const override { return sem_; }
   int64_t out_features() const override { return n_; }
   int64_t in_features() const override { return k_; }
@@ -279,8 +305,13 @@ class CudaLinearImpl final : public CudaLinear {
     detail::GemmParams p = params(m, y);
     StreamBuf wb(static_cast<size_t>(chunk_rows_) * k_ * 2, stream);
     uint8_t* wbuf = wb.get();
-    cublasSetStream(blas_, stream);
-    cublasSetWorkspace(blas_, blas_workspace(device_, stream), kBlasWorkspaceBytes);
+    std::lock_guard<std::mutex> lock(blas_->mu);  // until the last GEMM of this call is enqueued
+    cublasStatus_t st = cublasSetStream(blas_->handle, stream);
+    // After cublasSetStream: it resets the handle to cuBLAS's default workspace.
+    if (st == CUBLAS_STATUS_SUCCESS)
+      st = cublasSetWorkspace(blas_->handle, blas_workspace(device_, stream), kBlasWorkspaceBytes);
+    NVFP4_CHECK(st == CUBLAS_STATUS_SUCCESS, "cuda linear: setting the cuBLAS stream and workspace failed (status " +
+                                                 std::to_string(static_cast<int>(st)) + ")");
     const cudaDataType_t dt = act_ == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
     const float beta = 0.0f;
     for (int64_t n0 = 0; n0 < n_; n0 += chunk_rows_) {
@@ -288,10 +319,9 @@ class CudaLinearImpl final : public CudaLinear {
       detail::launch_dequant_weight(p, act_, vllm, static_cast<int>(n0), rows, wbuf, stream);
       const int nn = static_cast<int>(std::min<int64_t>(rows, n_ - n0));
       uint8_t* yc = static_cast<uint8_t*>(y) + n0 * 2;
-      const cublasStatus_t st =
-          cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, nn, static_cast<int>(m), static_cast<int>(k_), &alpha, wbuf,
-                       dt, static_cast<int>(k_), xt, dt, static_cast<int>(k_), &beta, yc, dt, static_cast<int>(n_),
-                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      st = cublasGemmEx(blas_->handle, CUBLAS_OP_T, CUBLAS_OP_N, nn, static_cast<int>(m), static_cast<int>(k_),
+                        &alpha, wbuf, dt, static_cast<int>(k_), xt, dt, static_cast<int>(k_), &beta, yc, dt,
+                        static_cast<int>(n_), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
       NVFP4_CHECK(st == CUBLAS_STATUS_SUCCESS, "cuda linear: cublasGemmEx failed (status " +
                                                    std::to_string(static_cast<int>(st)) + ")");
     }
@@ -307,7 +337,7 @@ class CudaLinearImpl final : public CudaLinear {
   float w_dec_ = 1.0f, x_enc_ = 1.0f, x_dec_ = 1.0f;
   DevBuf<uint8_t> wq_, ws_;
   DevBuf<float> bias_;
-  cublasHandle_t blas_ = nullptr;
+  BlasHandle* blas_ = nullptr;  // shared by every layer on device_
 
   int sms_ = 132;
   int grid_rule_ = -1;

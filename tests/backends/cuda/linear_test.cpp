@@ -13,6 +13,8 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <thread>
+#include <vector>
 
 #include "backends/cpu/linear.h"
 #include "backends/cuda/cuda_linear.h"
@@ -274,6 +276,80 @@ TEST(CudaLinear, TinyScalesAndGlobalScaleOne) {
         check_bound(neg, s, t, x, m, label(s, t, m, 48, 256) + "/negative-scales");
       }
     }
+}
+
+// Every layer of a device shares one cuBLAS handle, whose stream and workspace each call sets. Layers run from
+// several threads, each on its own stream, with many weight tiles (one GEMM each) per call: every output must
+// equal, bit for bit, the same layer's output from a lone call on the default stream (cuBLAS is bit-wise
+// reproducible on one GPU for a given shape and workspace size, and every stream's workspace has the same
+// size). A call whose GEMMs ran on another thread's stream would read its weight tile before or while it is
+// written and differ.
+TEST(CudaLinear, LayersOnSeveralThreadsShareTheCublasHandle) {
+  NVFP4_REQUIRE_GPU();
+  const DType t = DType::BF16;
+  const int64_t n = 1100, k = 1024, m = 100;
+  const int kThreads = 4, kCalls = 20;
+  std::vector<std::unique_ptr<CudaLinear>> layers;
+  std::vector<std::vector<uint16_t>> xs, want;
+  for (int i = 0; i < kThreads; ++i) {
+    const Semantics s = i % 2 ? Semantics::W4A4 : Semantics::W4A16;
+    const LinearWeights w = random_layer(n, k, scale_range(0x28, 0x5F), 2688.0f / 0.3f, true, 2688.0f / 7.0f,
+                                         true, t, 2000 + static_cast<uint32_t>(i));
+    layers.push_back(CudaLinear::create(w, s, t, 0));
+    set_fused_max_m(*layers.back(), 0);             // every M on the dequantize + cuBLAS path
+    set_weight_tile_rows(*layers.back(), 128);      // 9 weight tiles, 9 GEMMs per call
+    xs.push_back(random_activations(t, m, k, 1.0f, 3000 + static_cast<uint32_t>(i)));
+  }
+  const size_t x_bytes = static_cast<size_t>(m * k * 2), y_bytes = static_cast<size_t>(m * n * 2);
+  for (int i = 0; i < kThreads; ++i) {  // references: one call at a time, default stream
+    DeviceBytes dx(x_bytes), dy(y_bytes);
+    dx.upload(xs[i].data(), x_bytes);
+    dy.fill(0xFF);
+    layers[i]->run(dx.p, m, dy.p, nullptr);
+    CUDA_OK(cudaDeviceSynchronize());
+    want.emplace_back(static_cast<size_t>(m * n));
+    dy.download(want.back().data(), y_bytes);
+    int64_t nonzero = 0, nan = 0;
+    for (uint16_t v : want.back()) {
+      nonzero += (v & 0x7FFF) != 0;
+      nan += std::isnan(from_bits16(t, v));
+    }
+    ASSERT_EQ(nan, 0) << "layer " << i << ": reference output has NaN";
+    ASSERT_GT(nonzero, m * n / 2) << "layer " << i << ": reference output is mostly zero";
+  }
+  std::vector<int64_t> mismatches(kThreads, 0), failures(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i)
+    threads.emplace_back([&, i] {
+      cudaStream_t st = nullptr;
+      if (cudaSetDevice(0) != cudaSuccess || cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) != cudaSuccess) {
+        ++failures[i];
+        return;
+      }
+      {
+        DeviceBytes dx(x_bytes), dy(y_bytes);
+        dx.upload(xs[i].data(), x_bytes);
+        std::vector<uint16_t> y(static_cast<size_t>(m * n));
+        for (int c = 0; c < kCalls; ++c) {
+          if (cudaMemsetAsync(dy.p, 0xFF, y_bytes, st) != cudaSuccess) ++failures[i];
+          try {
+            layers[i]->run(dx.p, m, dy.p, st);
+          } catch (const Error&) {
+            ++failures[i];
+          }
+          if (cudaStreamSynchronize(st) != cudaSuccess) ++failures[i];
+          dy.download(y.data(), y_bytes);
+          mismatches[i] += y != want[i];
+        }
+      }
+      cudaStreamDestroy(st);
+    });
+  for (auto& th : threads) th.join();
+  for (int i = 0; i < kThreads; ++i) {
+    EXPECT_EQ(failures[i], 0) << "thread " << i << ": CUDA or executor errors";
+    EXPECT_EQ(mismatches[i], 0) << "thread " << i << " (" << semantics_name(layers[i]->semantics()) << "): "
+                                << mismatches[i] << " of " << kCalls << " calls differ from the lone call";
+  }
 }
 
 TEST(CudaLinear, RejectsBadInput) {
