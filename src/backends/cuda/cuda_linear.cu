@@ -16,6 +16,8 @@
 #include "backends/cuda/device_buffer.cuh"
 #include "backends/cuda/cuda_linear_internal.h"
 #include "backends/cuda/dequant_bits.h"
+#include "backends/cuda/device/capability.h"
+#include "backends/cuda/device/device_info.h"
 #include "backends/cuda/gemm.cuh"
 #include "backends/cuda/quantize.cuh"
 #include "backends/cuda/weight_layout.h"
@@ -26,33 +28,11 @@ namespace nvfp4::cuda {
 using detail::ceil_div;
 using detail::check_cuda;
 
+// The rule is capability.h's (the one linear/select dispatches by), asked about this device and this binary.
 bool kernels_available(int device, std::string* why) {
-  auto say = [&](const std::string& s) {
-    if (why) *why = s;
-    return false;
-  };
-  int count = 0;
-  const cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    return say(std::string("no usable CUDA device (") + cudaGetErrorString(e) + ")");
-  }
-  if (device < 0 || device >= count)
-    return say("CUDA device " + std::to_string(device) + " does not exist (" + std::to_string(count) + " found)");
-  cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
-    cudaGetLastError();
-    return say("cannot query CUDA device " + std::to_string(device));
-  }
-  if (prop.major < 8)
-    return say(std::string(prop.name) + " is sm_" + std::to_string(prop.major * 10 + prop.minor) +
-               "; the CUDA kernels need sm_80 or newer");
-  // Does this binary carry code the device can run? Ask the runtime about one of our kernels.
-  if (!detail::has_kernel_image(device))
-    return say(std::string("this binary carries no CUDA code for ") + prop.name + " (sm_" +
-               std::to_string(prop.major * 10 + prop.minor) + ")");
-  if (why) why->clear();
-  return true;
+  const Capability c = cuda_kernels_capability(query_device(device), query_build());
+  if (why) *why = c.ok ? std::string() : c.full;
+  return c.ok;
 }
 
 namespace {

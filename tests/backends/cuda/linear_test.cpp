@@ -352,6 +352,23 @@ TEST(CudaLinear, LayersOnSeveralThreadsShareTheCublasHandle) {
   }
 }
 
+// kernels_available answers by capability.h's rule (the dispatch table's): no device is a "no" with the reason,
+// on any machine; a usable device is a "yes" that clears the reason.
+TEST(CudaLinear, KernelsAvailableSaysWhyNot) {
+  for (int device : {-1, 999}) {
+    std::string why;
+    EXPECT_FALSE(kernels_available(device, &why)) << device;
+    EXPECT_NE(why.find("the cuda executor needs a CUDA device"), std::string::npos) << why;
+    EXPECT_EQ(why.find('\n'), std::string::npos) << why;
+  }
+  EXPECT_FALSE(kernels_available(999, nullptr));
+  if (kernels_available(0, nullptr)) {
+    std::string why = "stale";
+    EXPECT_TRUE(kernels_available(0, &why));
+    EXPECT_TRUE(why.empty()) << why;
+  }
+}
+
 TEST(CudaLinear, RejectsBadInput) {
   NVFP4_REQUIRE_GPU();
   LinearWeights w = random_layer(16, 32, scale_range(0x30, 0x38), 1.0f, false, 1.0f, false, DType::BF16, 1);
