@@ -1,8 +1,10 @@
 // CPU executor micro-benchmark: one quantized linear, each semantics, bf16 activations.
-//   build/bench/bench_cpu --benchmark_filter=.
+//   build/bench/bench_cpu --benchmark_filter=. --benchmark_repetitions=3
+// Args are {M, N, K, semantics}: N = out features, K = in features.
 #include <benchmark/benchmark.h>
 
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "backends/cpu/linear.h"
@@ -33,9 +35,13 @@ void BM_CpuLinear(benchmark::State& st) {
   st.SetLabel(semantics_name(s));
   st.counters["weight_GB/s"] = benchmark::Counter(static_cast<double>(n * k) * 0.5625, benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_CpuLinear)
-    ->Args({1, 4096, 4096, 0})->Args({1, 4096, 4096, 1})->Args({1, 4096, 4096, 2})
-    ->Args({16, 4096, 4096, 0})->Args({64, 576, 1536, 0})
-    ->Unit(benchmark::kMillisecond);
+// Args: {M, N, K, semantics (0 w4a16, 1 w4a4, 2 w4a4-vllm)}. M = 1 is decode, M > 1 prefill/perplexity.
+void Shapes(benchmark::internal::Benchmark* b) {
+  for (int64_t m : {1, 16, 128})
+    for (auto nk : {std::pair<int64_t, int64_t>{4096, 4096}, {2048, 8192}})
+      for (int64_t s : {0, 1, 2}) b->Args({m, nk.first, nk.second, s});
+  b->Args({64, 576, 1536, 0});
+}
+BENCHMARK(BM_CpuLinear)->Apply(Shapes)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
