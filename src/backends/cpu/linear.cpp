@@ -1,7 +1,9 @@
-// CPU executor: the reference for every semantics (f64) and a fast path (threads over N, weights decoded
-// once per output row per call, f32 accumulation in 8 independent lanes so the compiler vectorises it).
+// CPU executor: the reference for every semantics (f64) and a fast path: threads over blocks of weight rows,
+// each block decoded once per call into a small f32 buffer and reused by every token (cache-blocked over rows,
+// tokens and K), f32 accumulation in 8 independent lanes per output (AVX2 where the CPU has it).
 #include "backends/cpu/linear.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <string>
@@ -9,6 +11,12 @@
 #include "common/error.h"
 #include "common/parallel.h"
 #include "format/numerics.h"
+
+// NVFP4_CPU_PORTABLE (compile definition) drops the AVX2 code, to test the portable path on x86.
+#if defined(__x86_64__) && !defined(NVFP4_CPU_PORTABLE)
+#define NVFP4_CPU_AVX2 1
+#include <immintrin.h>
+#endif
 
 namespace nvfp4 {
 
@@ -31,6 +39,19 @@ void validate(const LinearWeights& w, Semantics s, DType act) {
     fail(name + ": " + semantics_name(s) + " needs an input global scale; this layer is weight-only (W4A16)");
 }
 
+// ---- The blocked kernel --------------------------------------------------------------------------------
+// Every output (m, n) is the sum of K exact f32 products x[m,k]·w[n,k], taken in a FIXED order: 8 lanes, lane j
+// adds the products k ≡ j (mod 8) in increasing k, starting from +0; then the tree
+// ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)); then ·post; then the output rounding. Blocking over rows, tokens and K
+// only changes when each lane's next addition happens, never which additions or in which order, so every
+// block size and every code path below (AVX2 or portable) gives the same bits.
+constexpr int64_t kLanes = 8;
+constexpr int64_t kRowBlock = 8;     // weight rows decoded together: each x load from L2 feeds 8 rows
+constexpr int64_t kKBlock = 512;     // K columns per block (multiple of 16); a tile is 8 × 512 f32 = 16 KiB (L1)
+constexpr int64_t kTokenBlock = 64;  // tokens whose lane sums are kept at once (64·8·8 f32 = 16 KiB)
+constexpr int kMr = 2, kNr = 4;      // register tile: 2 tokens × 4 rows = 8 vector accumulators
+static_assert(kKBlock % kGroupSize == 0 && kRowBlock % kNr == 0, "block sizes");
+
 // Pairs of E2M1 values for every byte (low nibble first): one table load decodes two weights.
 struct PairTable {
   std::array<std::array<float, 2>, 256> v;
@@ -43,12 +64,129 @@ const PairTable& pairs() {
   return t;
 }
 
-// Dot product of two f32 rows of length k (k % 16 == 0), 8 lanes of f32 partial sums.
-__attribute__((target_clones("avx2", "default"))) float dot(const float* a, const float* b, int64_t k) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  for (int64_t i = 0; i < k; i += 8)
-    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+// Portable versions. decode: out[0, 16·groups) = e2m1(code) · scale[g] (then T-rounded when round_t != F32).
+void decode_portable(const uint8_t* codes, const float* sc, int64_t groups, DType round_t, float* out) {
+  const auto& lut = pairs().v;
+  for (int64_t g = 0; g < groups; ++g) {
+    const float s = sc[g];
+    for (int j = 0; j < 8; ++j) {
+      const auto& p = lut[codes[g * 8 + j]];
+      out[g * kGroupSize + 2 * j] = p[0] * s;
+      out[g * kGroupSize + 2 * j + 1] = p[1] * s;
+    }
+  }
+  if (round_t != DType::F32)
+    for (int64_t c = 0; c < groups * kGroupSize; ++c) out[c] = round_to(round_t, out[c]);
+}
+
+// acc[(i·acc_ld + j)·8 + l] += Σ_{k ≡ l mod 8, k < kk} x[i·ldx + k] · w[j·ldw + k], i < mr, j < nr.
+void tile_portable(const float* x, int64_t ldx, int mr, const float* w, int64_t ldw, int nr, int64_t kk,
+                   float* acc, int64_t acc_ld) {
+  for (int i = 0; i < mr; ++i)
+    for (int j = 0; j < nr; ++j) {
+      float a[kLanes];
+      float* dst = acc + (i * acc_ld + j) * kLanes;
+      for (int l = 0; l < kLanes; ++l) a[l] = dst[l];
+      const float* xi = x + i * ldx;
+      const float* wj = w + j * ldw;
+      for (int64_t k = 0; k < kk; k += kLanes)
+        for (int l = 0; l < kLanes; ++l) a[l] += xi[k + l] * wj[k + l];
+      for (int l = 0; l < kLanes; ++l) dst[l] = a[l];
+    }
+}
+
+#if defined(NVFP4_CPU_AVX2)
+// AVX2 versions: the same operations lane for lane (one ymm = the 8 lanes; mul then add, never FMA).
+template <int MR, int NR>
+__attribute__((target("avx2"))) void tile_avx2_fixed(const float* x, int64_t ldx, const float* w, int64_t ldw,
+                                                     int64_t kk, float* acc, int64_t acc_ld) {
+  __m256 a[MR][NR];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) a[i][j] = _mm256_loadu_ps(acc + (i * acc_ld + j) * kLanes);
+  for (int64_t k = 0; k < kk; k += kLanes) {
+    __m256 wv[NR];
+    for (int j = 0; j < NR; ++j) {
+      wv[j] = _mm256_loadu_ps(w + j * ldw + k);
+      asm("" : "+x"(wv[j]));  // keep w in a register: folding it into each mul doubles the loads
+    }
+    for (int i = 0; i < MR; ++i) {
+      const __m256 xv = _mm256_loadu_ps(x + i * ldx + k);
+      for (int j = 0; j < NR; ++j) a[i][j] = _mm256_add_ps(a[i][j], _mm256_mul_ps(xv, wv[j]));
+    }
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) _mm256_storeu_ps(acc + (i * acc_ld + j) * kLanes, a[i][j]);
+}
+
+template <int MR>
+void tile_avx2_rows(const float* x, int64_t ldx, const float* w, int64_t ldw, int nr, int64_t kk, float* acc,
+                    int64_t acc_ld) {
+  switch (nr) {
+    case 4: return tile_avx2_fixed<MR, 4>(x, ldx, w, ldw, kk, acc, acc_ld);
+    case 3: return tile_avx2_fixed<MR, 3>(x, ldx, w, ldw, kk, acc, acc_ld);
+    case 2: return tile_avx2_fixed<MR, 2>(x, ldx, w, ldw, kk, acc, acc_ld);
+    default: return tile_avx2_fixed<MR, 1>(x, ldx, w, ldw, kk, acc, acc_ld);
+  }
+}
+
+void tile_avx2(const float* x, int64_t ldx, int mr, const float* w, int64_t ldw, int nr, int64_t kk, float* acc,
+               int64_t acc_ld) {
+  if (mr == 2) return tile_avx2_rows<2>(x, ldx, w, ldw, nr, kk, acc, acc_ld);
+  return tile_avx2_rows<1>(x, ldx, w, ldw, nr, kk, acc, acc_ld);
+}
+
+// Decode 16 codes (8 bytes) at once: magnitude by a permute of the 8-entry table, sign bit 3 → bit 31, then
+// · scale; the vLLM flavour's T rounding is the scalar rule of format/numerics.h done 8 lanes at a time.
+__attribute__((target("avx2,f16c"))) void decode_avx2(const uint8_t* codes, const float* sc, int64_t groups,
+                                                       DType round_t, float* out) {
+  const __m256 table = _mm256_loadu_ps(kE2M1Values);
+  const __m128i low4 = _mm_set1_epi8(0x0F);
+  const __m256i sign = _mm256_set1_epi32(static_cast<int>(0x80000000u));
+  for (int64_t g = 0; g < groups; ++g) {
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + g * 8));
+    const __m128i nib = _mm_unpacklo_epi8(_mm_and_si128(b, low4), _mm_and_si128(_mm_srli_epi16(b, 4), low4));
+    const __m256 s = _mm256_set1_ps(sc[g]);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i idx = _mm256_cvtepu8_epi32(h == 0 ? nib : _mm_srli_si128(nib, 8));
+      const __m256 mag = _mm256_permutevar8x32_ps(table, idx);
+      const __m256 q = _mm256_xor_ps(mag, _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(idx, 28), sign)));
+      __m256 v = _mm256_mul_ps(q, s);
+      if (round_t == DType::BF16) {  // f32_to_bf16 then back: RNE on the high half; NaN → quiet, sign kept
+        const __m256i u = _mm256_castps_si256(v);
+        const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+        const __m256i rne = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), odd);
+        const __m256i quiet = _mm256_or_si256(u, _mm256_set1_epi32(0x00400000));
+        const __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF)),
+                                                  _mm256_set1_epi32(0x7F800000));
+        const __m256i r = _mm256_blendv_epi8(rne, quiet, is_nan);
+        v = _mm256_castsi256_ps(_mm256_and_si256(r, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
+      } else if (round_t == DType::F16) {  // IEEE RNE with subnormals and overflow to inf, as f32_to_f16
+        v = _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      }
+      _mm256_storeu_ps(out + g * kGroupSize + 8 * h, v);
+    }
+  }
+}
+
+bool have_avx2() {
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  return yes;
+}
+#endif
+
+void decode_rows(const uint8_t* codes, const float* sc, int64_t groups, DType round_t, float* out) {
+#if defined(NVFP4_CPU_AVX2)
+  if (have_avx2()) return decode_avx2(codes, sc, groups, round_t, out);
+#endif
+  decode_portable(codes, sc, groups, round_t, out);
+}
+
+void tile(const float* x, int64_t ldx, int mr, const float* w, int64_t ldw, int nr, int64_t kk, float* acc,
+          int64_t acc_ld) {
+#if defined(NVFP4_CPU_AVX2)
+  if (have_avx2()) return tile_avx2(x, ldx, mr, w, ldw, nr, kk, acc, acc_ld);
+#endif
+  tile_portable(x, ldx, mr, w, ldw, nr, kk, acc, acc_ld);
 }
 
 // Activations converted to f32 in the form each semantics multiplies: x itself (w4a16), e2m1·sx (w4a4),
@@ -88,32 +226,61 @@ CpuLinear::CpuLinear(const LinearWeights& w, Semantics s, DType act) : w_(w), se
 
 void CpuLinear::run(const uint16_t* x, int64_t m, uint16_t* y) const {
   const int64_t n = w_.weight.rows, k = w_.weight.cols, groups = k / kGroupSize;
-  const std::vector<float> xf = prepare_activations(w_, sem_, act_, x, m);
+  const std::vector<float> xc = prepare_activations(w_, sem_, act_, x, m);
+  // Rows of x at a stride of K + 16 floats: a power-of-two stride (K = 4096) would put the same column of every
+  // token in one cache set.
+  const int64_t ldx = k + kGroupSize;
+  std::vector<float> xf(static_cast<size_t>(m * ldx));
+  for (int64_t i = 0; i < m; ++i) std::copy(xc.begin() + i * k, xc.begin() + (i + 1) * k, xf.begin() + i * ldx);
   // Factor applied to the f32 sum before rounding to T.
   float post = 1.0f;
   if (sem_ == Semantics::W4A16) post = w_.weight.global.dec;
   if (sem_ == Semantics::W4A4) post = w_.input_global.dec * w_.weight.global.dec;  // alpha = f32(D_x·D_w)
-  const auto& lut = pairs().v;
-  parallel_for(static_cast<size_t>(n), 8, [&](size_t n0, size_t n1) {
-    std::vector<float> wrow(static_cast<size_t>(k));
-    for (int64_t r = static_cast<int64_t>(n0); r < static_cast<int64_t>(n1); ++r) {
-      const uint8_t* codes = w_.weight.codes.data() + r * (k / 2);
-      const float* sc = wscale_.data() + r * groups;
-      for (int64_t g = 0; g < groups; ++g) {
-        const float s = sc[g];
-        for (int j = 0; j < 8; ++j) {
-          const auto& p = lut[codes[g * 8 + j]];
-          float* o = wrow.data() + g * kGroupSize + 2 * j;
-          o[0] = p[0] * s;
-          o[1] = p[1] * s;
+  const DType wround = sem_ == Semantics::W4A4_VLLM ? act_ : DType::F32;  // w_dq = T(e2m1 · f32(S·D_w))
+  const int64_t blocks = (n + kRowBlock - 1) / kRowBlock;
+  // Threads over blocks of kRowBlock weight rows. Per block: each K block of the rows is decoded once per call
+  // (while the first token block runs) into wbuf, then reused by every token block; the lane sums of one token
+  // block live in acc (kTokenBlock, kRowBlock, 8) f32 across the K blocks. wbuf holds, for the K block starting
+  // at column kc (width kk), the (nb, kk) f32 tile at offset kc·kRowBlock, rows kk apart: one tile is contiguous
+  // (16 KiB), so its rows do not evict each other from L1 as rows K·4 bytes apart would.
+  // With a single token block nothing is reused across token blocks, so every K block goes to offset 0 and the
+  // tile stays in L1.
+  const bool keep = m > kTokenBlock;
+  const size_t wbuf_size = static_cast<size_t>(kRowBlock * (keep ? k : std::min(k, kKBlock)));
+  const size_t acc_size = static_cast<size_t>(std::min(m, kTokenBlock) * kRowBlock * kLanes);
+  parallel_for(static_cast<size_t>(blocks), 1, [&](size_t b0, size_t b1) {
+    // Per-thread scratch, kept between calls: allocating it per call costs page faults on every call.
+    thread_local std::vector<float> scratch;
+    if (scratch.size() < wbuf_size + acc_size) scratch.resize(wbuf_size + acc_size);
+    float* const wbuf = scratch.data();
+    float* const acc = wbuf + wbuf_size;
+    for (int64_t rb = static_cast<int64_t>(b0) * kRowBlock; rb < std::min(n, static_cast<int64_t>(b1) * kRowBlock);
+         rb += kRowBlock) {
+      const int64_t nb = std::min(kRowBlock, n - rb);
+      for (int64_t mb = 0; mb < m; mb += kTokenBlock) {
+        const int64_t mbn = std::min(kTokenBlock, m - mb);
+        std::fill(acc, acc + mbn * nb * kLanes, 0.0f);
+        for (int64_t kc = 0; kc < k; kc += kKBlock) {
+          const int64_t kk = std::min(kKBlock, k - kc);
+          float* const wt = wbuf + (keep ? kc * kRowBlock : 0);  // this K block's (nb, kk) tile
+          if (mb == 0)
+            for (int64_t r = 0; r < nb; ++r)
+              decode_rows(w_.weight.codes.data() + (rb + r) * (k / 2) + kc / 2,
+                          wscale_.data() + (rb + r) * groups + kc / kGroupSize, kk / kGroupSize, wround,
+                          wt + r * kk);
+          for (int64_t i = 0; i < mbn; i += kMr)
+            for (int64_t r = 0; r < nb; r += kNr)
+              tile(xf.data() + (mb + i) * ldx + kc, ldx, static_cast<int>(std::min<int64_t>(kMr, mbn - i)),
+                   wt + r * kk, kk, static_cast<int>(std::min<int64_t>(kNr, nb - r)), kk,
+                   acc + (i * nb + r) * kLanes, nb);
         }
-      }
-      if (sem_ == Semantics::W4A4_VLLM)  // w_dq = T(e2m1 · f32(S·D_w))
-        for (int64_t c = 0; c < k; ++c) wrow[c] = round_to(act_, wrow[c]);
-      const float* bias = w_.bias.empty() ? nullptr : &w_.bias[r];
-      for (int64_t i = 0; i < m; ++i) {
-        const float acc = dot(xf.data() + i * k, wrow.data(), k);
-        y[i * n + r] = linear_output(act_, acc * post, bias);
+        for (int64_t i = 0; i < mbn; ++i)
+          for (int64_t r = 0; r < nb; ++r) {
+            const float* l = acc + (i * nb + r) * kLanes;
+            const float sum = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+            const float* bias = w_.bias.empty() ? nullptr : &w_.bias[rb + r];
+            y[(mb + i) * n + rb + r] = linear_output(act_, sum * post, bias);
+          }
       }
     }
   });

@@ -4,10 +4,12 @@
 
 #include <cmath>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "backends/cpu/linear.h"
 #include "common/error.h"
+#include "common/parallel.h"
 #include "format/numerics.h"
 #include "format/quant.h"
 
@@ -107,6 +109,97 @@ TEST(CpuLinear, AllSemanticsWithinDerivedBound) {
         for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 16}, {3, 5, 48}, {17, 33, 256},
                                {2, 64, 1024}})
           check(make_case(m, n, k, act, bias, seed++), s, act);
+}
+
+// The summation order CpuLinear promises (src/backends/cpu/linear.cpp, docs/TESTING.md "CPU linear"), restated
+// as plain scalar loops one output at a time: 8 f32 lanes, lane j adds x[k]·w[k] for k ≡ j (mod 8) in increasing
+// k from +0, then ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)), then ·post, then the output rule. This is the order of the
+// row-at-a-time executor the blocked one replaced; any blocking that keeps it gives the same bits.
+std::vector<uint16_t> ordered_oracle(const LinearWeights& w, Semantics s, DType act, const uint16_t* x, int64_t m) {
+  const int64_t n = w.weight.rows, k = w.weight.cols, groups = k / kGroupSize;
+  std::vector<float> xf(static_cast<size_t>(m * k));
+  for (int64_t i = 0; i < m * k; ++i) xf[i] = from_bits16(act, x[i]);
+  if (s != Semantics::W4A16) {
+    std::vector<uint8_t> codes(static_cast<size_t>(m * k / 2)), scales(static_cast<size_t>(m * groups));
+    quantize_activations(xf.data(), m, k, w.input_global.enc, codes.data(), scales.data());
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t c = 0; c < k; ++c) {
+        const float sx = e4m3_decode(scales[i * groups + c / kGroupSize]);
+        const float q = e2m1_decode(get_e2m1(codes.data() + i * (k / 2), c));
+        xf[i * k + c] = s == Semantics::W4A4 ? q * sx : round_to(act, q * (sx / w.input_global.enc));
+      }
+  }
+  float post = 1.0f;
+  if (s == Semantics::W4A16) post = w.weight.global.dec;
+  if (s == Semantics::W4A4) post = w.input_global.dec * w.weight.global.dec;
+  std::vector<uint16_t> y(static_cast<size_t>(m * n));
+  std::vector<float> wr(static_cast<size_t>(k));
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t c = 0; c < k; ++c) {
+      const float sc = e4m3_decode(w.weight.scales[r * groups + c / kGroupSize]);
+      const float q = e2m1_decode(get_e2m1(w.weight.codes.data() + r * (k / 2), c));
+      wr[c] = s == Semantics::W4A4_VLLM ? round_to(act, q * (sc * w.weight.global.dec)) : q * sc;
+    }
+    for (int64_t i = 0; i < m; ++i) {
+      float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (int64_t c = 0; c < k; ++c) l[c % 8] += xf[i * k + c] * wr[c];
+      const float sum = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+      y[i * n + r] = linear_output(act, sum * post, w.bias.empty() ? nullptr : &w.bias[r]);
+    }
+  }
+  return y;
+}
+
+// Shapes that are not multiples of the executor's blocks (8 rows, 2 tokens × 4 rows, 64 tokens, 512 K columns):
+// partial row tiles, odd token counts, more than one token block (130 = 2·64 + 2, so later token blocks reuse
+// the decoded weights), K with and without a partial last K block. Within the derived bound of the f64 reference
+// AND bit-identical to the ordered oracle, in every semantics, both dtypes, with and without bias.
+TEST(CpuLinear, BlockedPathKeepsTheSummationOrder) {
+  uint32_t seed = 500;
+  for (int64_t m : {1, 2, 7, 33, 130})
+    for (auto [n, k] : {std::pair<int64_t, int64_t>{13, 16}, {37, 1040}, {9, 512}})
+      for (DType act : {DType::BF16, DType::F16})
+        for (Semantics s : {Semantics::W4A16, Semantics::W4A4, Semantics::W4A4_VLLM}) {
+          const bool bias = (seed % 2) == 0;
+          const Case c = make_case(m, n, k, act, bias, seed++);
+          check(c, s, act);
+          const std::vector<uint16_t> want = ordered_oracle(c.w, s, act, c.x.data(), m);
+          std::vector<uint16_t> y(static_cast<size_t>(m * n), 0xFFFF);
+          CpuLinear(c.w, s, act).run(c.x.data(), m, y.data());
+          for (int64_t i = 0; i < m * n; ++i)
+            ASSERT_EQ(y[i], want[i]) << semantics_name(s) << " " << dtype_name(act) << " M=" << m << " N=" << n
+                                     << " K=" << k << " at (" << i / n << "," << i % n << ")";
+        }
+}
+
+// Older files carry NaN (0x7F) block scales (SPEC §3). The executor must not crash; the row with the NaN scale
+// is NaN for every token, the other rows are untouched, and all bits equal the ordered oracle's (the vectorised
+// decode and T-rounding treat NaN as the scalar rule does).
+TEST(CpuLinear, NanBlockScaleStaysInItsRow) {
+  for (DType act : {DType::BF16, DType::F16})
+    for (Semantics s : {Semantics::W4A16, Semantics::W4A4, Semantics::W4A4_VLLM}) {
+      Case c = make_case(3, 11, 1040, act, true, 321);
+      c.w.weight.scales[5 * (1040 / kGroupSize) + 40] = kE4M3NaN;  // row 5, group 40 (second K block)
+      const std::vector<uint16_t> want = ordered_oracle(c.w, s, act, c.x.data(), 3);
+      std::vector<uint16_t> y(3 * 11);
+      CpuLinear(c.w, s, act).run(c.x.data(), 3, y.data());
+      EXPECT_EQ(y, want) << semantics_name(s) << " " << dtype_name(act);
+      for (int i = 0; i < 3; ++i)
+        for (int j = 0; j < 11; ++j) EXPECT_EQ(std::isnan(from_bits16(act, y[i * 11 + j])), j == 5) << i << "," << j;
+    }
+}
+
+// The thread count changes only which thread computes a row block, never the bits.
+TEST(CpuLinear, ThreadCountDoesNotChangeTheBits) {
+  const Case c = make_case(33, 70, 1040, DType::BF16, true, 77);
+  const int saved = num_threads();
+  std::vector<uint16_t> y1(33 * 70), y3(33 * 70);
+  set_num_threads(1);
+  CpuLinear(c.w, Semantics::W4A4, DType::BF16).run(c.x.data(), 33, y1.data());
+  set_num_threads(3);
+  CpuLinear(c.w, Semantics::W4A4, DType::BF16).run(c.x.data(), 33, y3.data());
+  set_num_threads(saved);
+  EXPECT_EQ(y1, y3);
 }
 
 TEST(CpuLinear, BiasIsAddedAfterRoundingTheProduct) {
