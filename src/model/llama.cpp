@@ -523,48 +523,70 @@ void LlamaModel::forward_device(const int32_t* tokens, int64_t n, float* logits,
 #endif
 }
 
-void LlamaModel::run_linear(const Linear& l, const float* x, int64_t m, float* y) {
+void LlamaModel::run_linears(std::initializer_list<LinearOut> group, const float* x, int64_t m) {
+  if (group.size() == 0) return;
+  const int64_t k = group.begin()->l->k;
+  for (const LinearOut& o : group) NVFP4_CHECK(o.l->k == k, "run_linears: linears of one group read the same input");
   if (record_amax_) {
     float a = 0;
-    for (int64_t i = 0; i < m * l.k; ++i) a = std::max(a, std::fabs(x[i]));
-    float& slot = amax_[l.name];
-    slot = std::max(slot, a);
+    for (int64_t i = 0; i < m * k; ++i) a = std::max(a, std::fabs(x[i]));
+    for (const LinearOut& o : group) {
+      float& slot = amax_[o.l->name];
+      slot = std::max(slot, a);
+    }
   }
-  if (l.q) {
-    const size_t nx = static_cast<size_t>(m * l.k), ny = static_cast<size_t>(m * l.n);
-    if (xbits_.size() < nx) xbits_.resize(nx);
+  // The quantized linears read x as T bits: converted once for the group; uploaded once when some run on a
+  // device (the device buffers are sized for the group's widest output before the upload).
+  const size_t nx = static_cast<size_t>(m * k);
+  bool converted = false, uploaded = false;
+  for (const LinearOut& o : group) {
+    const Linear& l = *o.l;
+    float* y = o.y;
+    if (!l.q) {
+      dense_matmul(x, m, l.dense, y);
+      if (!l.round_output) continue;
+      const int64_t n = l.n;
+      for (int64_t i = 0; i < m; ++i) {
+        float* yi = y + i * n;
+        for (int64_t j = 0; j < n; ++j) yi[j] = round_linear_output(act_, yi[j], l.bias.empty() ? nullptr : &l.bias[j]);
+      }
+      continue;
+    }
+    const size_t ny = static_cast<size_t>(m * l.n);
+    if (!converted) {
+      if (xbits_.size() < nx) xbits_.resize(nx);
+      for (size_t i = 0; i < nx; ++i) xbits_[i] = to_bits16(act_, x[i]);
+      converted = true;
+    }
     if (ybits_.size() < ny) ybits_.resize(ny);
-    for (size_t i = 0; i < nx; ++i) xbits_[i] = to_bits16(act_, x[i]);
     if (l.q->on_device()) {
 #ifdef NVFP4_HAVE_CUDA
-      const size_t need = std::max(nx, ny) * 2;
-      if (dev_bytes_ < need) {
-        cuda_ops::device_free(dev_x_);
-        cuda_ops::device_free(dev_y_);
-        dev_x_ = dev_y_ = nullptr;
-        dev_bytes_ = 0;
-        dev_x_ = cuda_ops::device_alloc(need, l.q->selection().device);
-        dev_y_ = cuda_ops::device_alloc(need, l.q->selection().device);
-        dev_bytes_ = need;
+      if (!uploaded) {
+        size_t need = nx * 2;
+        for (const LinearOut& g : group)
+          if (g.l->q && g.l->q->on_device()) need = std::max(need, static_cast<size_t>(m * g.l->n) * 2);
+        if (dev_bytes_ < need) {
+          cuda_ops::device_free(dev_x_);
+          cuda_ops::device_free(dev_y_);
+          dev_x_ = dev_y_ = nullptr;
+          dev_bytes_ = 0;
+          dev_x_ = cuda_ops::device_alloc(need, l.q->selection().device);
+          dev_y_ = cuda_ops::device_alloc(need, l.q->selection().device);
+          dev_bytes_ = need;
+        }
+        cuda_ops::copy_to_device(dev_x_, xbits_.data(), nx * 2);
+        uploaded = true;
       }
-      cuda_ops::copy_to_device(dev_x_, xbits_.data(), nx * 2);
       l.q->forward(dev_x_, m, dev_y_, nullptr);
       cuda_ops::copy_to_host(ybits_.data(), dev_y_, ny * 2);
 #else
+      (void)uploaded;
       fail(l.name + ": on-device linear in a build without CUDA");
 #endif
     } else {
       l.q->forward(xbits_.data(), m, ybits_.data(), nullptr);
     }
     for (size_t i = 0; i < ny; ++i) y[i] = from_bits16(act_, ybits_[i]);
-    return;
-  }
-  dense_matmul(x, m, l.dense, y);
-  if (!l.round_output) return;
-  const int64_t n = l.n;
-  for (int64_t i = 0; i < m; ++i) {
-    float* yi = y + i * n;
-    for (int64_t j = 0; j < n; ++j) yi[j] = round_linear_output(act_, yi[j], l.bias.empty() ? nullptr : &l.bias[j]);
   }
 }
 
@@ -605,9 +627,7 @@ void LlamaModel::forward(const int32_t* tokens, int64_t n, float* logits, bool a
   for (int64_t li = 0; li < c.n_layers; ++li) {
     Layer& L = *layers_[static_cast<size_t>(li)];
     rmsnorm(x.data(), L.in_norm.data(), n, H, eps, act_, a.data());
-    run_linear(L.q, a.data(), n, q.data());
-    run_linear(L.k, a.data(), n, k.data());
-    run_linear(L.v, a.data(), n, v.data());
+    run_linears({{&L.q, q.data()}, {&L.k, k.data()}, {&L.v, v.data()}}, a.data(), n);
     float* kc = kcache_.data() + static_cast<size_t>(li * nkv * cap_ * hd);
     float* vc = vcache_.data() + static_cast<size_t>(li * nkv * cap_ * hd);
     for (int64_t i = 0; i < n; ++i) {
@@ -650,8 +670,7 @@ void LlamaModel::forward(const int32_t* tokens, int64_t n, float* logits, bool a
     run_linear(L.o, att.data(), n, tmp.data());
     for (size_t j = 0; j < x.size(); ++j) x[j] = round_to(act_, x[j] + tmp[j]);
     rmsnorm(x.data(), L.post_norm.data(), n, H, eps, act_, a.data());
-    run_linear(L.gate, a.data(), n, g.data());
-    run_linear(L.up, a.data(), n, u.data());
+    run_linears({{&L.gate, g.data()}, {&L.up, u.data()}}, a.data(), n);
     for (size_t j = 0; j < g.size(); ++j) {
       const float gv = g[j];
       const float silu = round_to(act_, static_cast<float>(gv / (1.0 + std::exp(-static_cast<double>(gv)))));

@@ -14,6 +14,7 @@
 // Llama 3.1; "linear": /factor); angles pos·inv_freq in f64, cos/sin stored as f32.
 #pragma once
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <string>
@@ -107,7 +108,15 @@ class LlamaModel {
 
  private:
   LlamaModel() = default;
-  void run_linear(const Linear& l, const float* x, int64_t m, float* y);
+  // One linear of a group that reads the same input: l's output y (m, N) f32 (values in T).
+  struct LinearOut {
+    const Linear* l;
+    float* y;
+  };
+  // Runs the linears of `group` (q/k/v, gate/up, or one alone) on the same input x (m, K) f32 (values in T).
+  // Their quantized linears share one 16-bit conversion of x and, on a device, one upload of it.
+  void run_linears(std::initializer_list<LinearOut> group, const float* x, int64_t m);
+  void run_linear(const Linear& l, const float* x, int64_t m, float* y) { run_linears({{&l, y}}, x, m); }
   void init_device(const DeviceInfo& dev);
   void forward_device(const int32_t* tokens, int64_t n, float* logits, bool all_logits);
 
