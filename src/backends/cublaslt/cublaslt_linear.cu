@@ -53,23 +53,7 @@ void check_lt(cublasStatus_t s, const char* what) {
 #define LT_CUDA(expr) check_cuda((expr), #expr)
 #define LT_CHECK(expr) check_lt((expr), #expr)
 
-// Makes `device` current for a scope and restores the previous one.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    LT_CUDA(cudaGetDevice(&prev_));
-    if (prev_ != device) LT_CUDA(cudaSetDevice(device));
-    changed_ = prev_ != device;
-  }
-  ~DeviceGuard() {
-    if (changed_) cudaSetDevice(prev_);
-  }
-
- private:
-  int prev_ = 0;
-  bool changed_ = false;
-};
-
+using cuda::DeviceGuard;
 using DeviceBuffer = cuda::DeviceBuffer<uint8_t>;
 
 constexpr size_t kWorkspaceBytes = size_t(32) << 20;  // cuBLASLt workspace (split-K etc.), per device

@@ -147,7 +147,7 @@ class CudaLinearImpl final : public CudaLinear {
                       " is not finite positive");
     std::string why;
     NVFP4_CHECK(kernels_available(device, &why), "cuda linear '" + w.name + "': " + why);
-    check_cuda(cudaSetDevice(device), "cudaSetDevice");
+    const DeviceGuard guard(device);
 
     FragmentWeights own;
     if (!prepared) own = make_fragment_weights(w.weight);
@@ -199,7 +199,7 @@ class CudaLinearImpl final : public CudaLinear {
     NVFP4_CHECK(reinterpret_cast<uintptr_t>(x) % 16 == 0,
                 "cuda linear: x must be 16-byte aligned (rows of K = " + std::to_string(k_) + " values)");
     cudaStream_t stream = static_cast<cudaStream_t>(stream_v);
-    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+    const DeviceGuard guard(device_);
     std::lock_guard<std::mutex> lock(mu_);
     detail::GemmParams p = params(m, y);
     const bool large = m > fused_max_m_;

@@ -1,4 +1,5 @@
-// An owning device allocation (cudaMalloc on the current device), shared by the CUDA and cuBLASLt executors.
+// Host-side pieces shared by the CUDA and cuBLASLt executors: an owning device allocation (cudaMalloc on the
+// current device) and the guard that makes a layer's device current for a scope.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -38,6 +39,26 @@ struct DeviceBuffer {
   }
   uint8_t* u8() const { return reinterpret_cast<uint8_t*>(p); }
 
+};
+
+// Makes `device` current for a scope and restores the previous device at its end. Throws nvfp4::Error when
+// the device cannot be made current.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    detail::check_cuda(cudaGetDevice(&prev_), "cudaGetDevice");
+    if (prev_ != device) detail::check_cuda(cudaSetDevice(device), "cudaSetDevice");
+    changed_ = prev_ != device;
+  }
+  ~DeviceGuard() {
+    if (changed_) cudaSetDevice(prev_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int prev_ = 0;
+  bool changed_ = false;
 };
 
 }  // namespace nvfp4::cuda

@@ -2,6 +2,7 @@
 // f32 operation is an explicitly rounded intrinsic (no FMA contraction), the reciprocals are IEEE
 // divisions, and E2M1/E4M3 rounding is done in software (sm_90 has no FP4 convert instruction).
 #include "backends/cuda/cuda_util.cuh"
+#include "backends/cuda/device_buffer.cuh"
 #include "backends/cuda/quantize.cuh"
 #include "backends/cuda/weight_layout.h"
 
@@ -142,15 +143,14 @@ void launch_t(const void* x, int64_t m, int64_t k, float gs, uint8_t* codes, uin
 }  // namespace
 
 bool has_kernel_image(int device) {
-  int prev = 0;
-  if (cudaGetDevice(&prev) != cudaSuccess || cudaSetDevice(device) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
+  cudaError_t e = cudaErrorInvalidDevice;
+  try {
+    const DeviceGuard guard(device);
+    cudaFuncAttributes attr{};
+    e = cudaFuncGetAttributes(&attr,
+                              reinterpret_cast<const void*>(&quantize_linear_kernel<__nv_bfloat16, false, 2>));
+  } catch (const Error&) {  // the device cannot be made current: no image runs there for us
   }
-  cudaFuncAttributes attr{};
-  const cudaError_t e = cudaFuncGetAttributes(
-      &attr, reinterpret_cast<const void*>(&quantize_linear_kernel<__nv_bfloat16, false, 2>));
-  cudaSetDevice(prev);
   cudaGetLastError();
   return e == cudaSuccess;
 }
