@@ -6,6 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <type_traits>
 
 #include "common/error.h"
 #include "common/parallel.h"
@@ -415,14 +416,23 @@ void LlamaModel::init_device(const DeviceInfo& d) {
   const LlamaConfig& c = cfg_;
   const int64_t hd = c.head_dim, nkv = c.n_kv_heads;
   {
-    std::vector<float> e;
+    // The table is f32 on the device; a 16-bit one is converted and uploaded a block of rows at a time, so no
+    // f32 copy of the whole table exists on the host.
+    const int64_t H = c.hidden, V = c.vocab;
+    D->embed.ensure(static_cast<size_t>(V * H) * 4, device);
     if (act_ == DType::F32) {
-      e = embed_f32_;
+      cuda_ops::copy_to_device(D->embed.p, embed_f32_.data(), static_cast<size_t>(V * H) * 4);
     } else {
-      e.resize(embed_bits_.size());
-      for (size_t i = 0; i < e.size(); ++i) e[i] = from_bits16(act_, embed_bits_[i]);
+      const int64_t rows = 1024;
+      std::vector<float> e(static_cast<size_t>(rows * H));
+      for (int64_t r0 = 0; r0 < V; r0 += rows) {
+        const size_t cnt = static_cast<size_t>(std::min(rows, V - r0) * H);
+        const uint16_t* src = embed_bits_.data() + static_cast<size_t>(r0 * H);
+        for (size_t i = 0; i < cnt; ++i) e[i] = from_bits16(act_, src[i]);
+        // synchronous w.r.t. the host (device_memory.h), so `e` can be refilled right away
+        cuda_ops::copy_to_device(D->embed.f() + r0 * H, e.data(), cnt * 4);
+      }
     }
-    D->embed.upload(e.data(), e.size() * 4, device);
   }
   D->final_norm.upload(final_norm_.data(), final_norm_.size() * 4, device);
   D->rope.upload(rope_cs_.data(), rope_cs_.size() * 4, device);
@@ -448,7 +458,29 @@ void LlamaModel::init_device(const DeviceInfo& d) {
   dense(*lm_head_);
   device_name_ = "cuda:" + std::to_string(device);
   dev_ = std::move(D);
+  release_host_weights();
 #endif
+}
+
+void LlamaModel::release_host_weights() {
+  auto drop = [](auto& v) { std::remove_reference_t<decltype(v)>().swap(v); };
+  drop(embed_bits_);
+  drop(embed_f32_);
+  drop(final_norm_);
+  drop(rope_cs_);
+  auto drop_linear = [&](Linear& l) {
+    drop(l.bits);
+    drop(l.f32);
+    drop(l.bias);
+    l.dense.bits = nullptr;  // dense_matmul throws on a null weight instead of reading freed memory
+    l.dense.f32 = nullptr;
+  };
+  for (auto& L : layers_) {
+    drop(L->in_norm);
+    drop(L->post_norm);
+    for (Linear* l : {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down}) drop_linear(*l);
+  }
+  drop_linear(*lm_head_);
 }
 
 void LlamaModel::forward_device(const int32_t* tokens, int64_t n, float* logits, bool all_logits) {

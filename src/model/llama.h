@@ -118,6 +118,9 @@ class LlamaModel {
   void run_linears(std::initializer_list<LinearOut> group, const float* x, int64_t m);
   void run_linear(const Linear& l, const float* x, int64_t m, float* y) { run_linears({{&l, y}}, x, m); }
   void init_device(const DeviceInfo& dev);
+  // --ops cuda, after init_device: frees the host copies of everything forward_device reads from the device
+  // (embedding, norms, RoPE table, dense weights and biases). The CPU forward cannot run afterwards.
+  void release_host_weights();
   void forward_device(const int32_t* tokens, int64_t n, float* logits, bool all_logits);
 
   LlamaConfig cfg_;
