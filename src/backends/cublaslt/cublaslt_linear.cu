@@ -231,14 +231,10 @@ class Impl final : public CublasLtLinear {
     w_scales_.upload(img.scales.data(), img.scales.size());
     const float consts[2] = {alpha_, 0.0f};  // alpha, beta for CUBLASLT_POINTER_MODE_DEVICE
     consts_.upload(consts, sizeof(consts));
-    if (!w.bias.empty()) {
-      NVFP4_CHECK(static_cast<int64_t>(w.bias.size()) == n_,
-                  "cublaslt linear '" + name_ + "': bias has " + std::to_string(w.bias.size()) + " values, expected " +
-                      std::to_string(n_));
-      std::vector<float> b(w.bias.size());
-      for (size_t i = 0; i < b.size(); ++i) b[i] = round_to(act, w.bias[i]);
-      bias_.upload(b.data(), b.size() * sizeof(float));
-    }
+    NVFP4_CHECK(w.bias.empty() || static_cast<int64_t>(w.bias.size()) == n_,
+                "cublaslt linear '" + name_ + "': bias has " + std::to_string(w.bias.size()) + " values, expected " +
+                    std::to_string(n_));
+    cuda::upload_bias(w.bias, act, bias_);
     if (plan_now) {
       std::lock_guard<std::mutex> lock(ctx_->mu);
       plan(1, kAlign);  // fail at load, not at the first forward, when cuBLASLt has no algorithm
@@ -272,7 +268,7 @@ class Impl final : public CublasLtLinear {
     const DeviceBuffer& lt_ws = ctx_->buffers(stream).workspace;
     LT_CHECK(cublasLtMatmul(ctx_->handle, p.desc, alpha, w_codes_.p, p.a, ws.x_codes, p.b, beta, d, p.d, d, p.d,
                             &p.algo, lt_ws.p, lt_ws.bytes, stream));
-    const float* bias = reinterpret_cast<const float*>(bias_.p);
+    const float* bias = bias_.p;
     if (p.staged) {
       launch_finish(act_, d, p.rows, y, m, n_, bias, stream);
     } else if (bias) {
@@ -438,7 +434,8 @@ class Impl final : public CublasLtLinear {
   int64_t n_, k_, kp_ = 0, rows_pad_ = 0;
   float gs_enc_ = 1.0f, alpha_ = 1.0f;
   DeviceContext* ctx_ = nullptr;
-  DeviceBuffer w_codes_, w_scales_, consts_, bias_;
+  DeviceBuffer w_codes_, w_scales_, consts_;
+  cuda::DeviceBuffer<float> bias_;  // (N,) f32 values of T, or none
   mutable std::map<std::pair<int64_t, bool>, Plan> plans_;
 };
 

@@ -163,11 +163,7 @@ class CudaLinearImpl final : public CudaLinear {
     kc_ = f.kc;
     wq_.upload(f.codes.data(), f.codes.size());
     ws_.upload(f.scales.data(), f.scales.size());
-    if (!w.bias.empty()) {
-      std::vector<float> b(w.bias.size());
-      for (size_t i = 0; i < b.size(); ++i) b[i] = round_to(act, w.bias[i]);
-      bias_.upload(b.data(), b.size() * sizeof(float));
-    }
+    upload_bias(w.bias, act, bias_);
     w_dec_ = w.weight.global.dec;
     x_enc_ = w.input_global.enc;
     x_dec_ = w.input_global.dec;

@@ -1,13 +1,16 @@
 // Host-side pieces shared by the CUDA and cuBLASLt executors: an owning device allocation (cudaMalloc on the
-// current device) and the guard that makes a layer's device current for a scope.
+// current device), the bias upload, and the guard that makes a layer's device current for a scope.
 #pragma once
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "backends/cuda/cuda_check.h"
+#include "common/dtype.h"
+#include "format/numerics.h"
 
 namespace nvfp4::cuda {
 
@@ -40,6 +43,16 @@ struct DeviceBuffer {
   uint8_t* u8() const { return reinterpret_cast<uint8_t*>(p); }
 
 };
+
+// A layer's bias on the device, as the output kernels read it: (N,) f32, each value rounded to the activation
+// type `act` (BF16 or F16) first, for y = T(T(acc) + T(bias)) of SPEC §5. bias: host (N,) f32, may be
+// empty: then nothing is allocated and dst.p stays null. Allocates on the current device. Throws nvfp4::Error.
+inline void upload_bias(const std::vector<float>& bias, DType act, DeviceBuffer<float>& dst) {
+  if (bias.empty()) return;
+  std::vector<float> b(bias.size());
+  for (size_t i = 0; i < b.size(); ++i) b[i] = round_to(act, bias[i]);
+  dst.upload(b.data(), b.size() * sizeof(float));
+}
 
 // Makes `device` current for a scope and restores the previous device at its end. Throws nvfp4::Error when
 // the device cannot be made current.

@@ -1,10 +1,15 @@
-// The executors' shared host-side pieces (device_buffer.cuh): the current-device guard.
+// The executors' shared host-side pieces (device_buffer.cuh): the current-device guard and the bias upload.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
 
+#include <cstring>
+#include <vector>
+
 #include "backends/cuda/device_buffer.cuh"
 #include "common/error.h"
+#include "cuda_test_util.h"
+#include "format/numerics.h"
 
 namespace nvfp4::cuda::test {
 namespace {
@@ -36,6 +41,33 @@ TEST(CudaDeviceGuard, ThrowsForAMissingDeviceAndRestoresTheCallersDevice) {
   ASSERT_EQ(cudaGetDevice(&cur), cudaSuccess);
   EXPECT_EQ(cur, 1);
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+}
+
+// The uploaded bias is T(bias) as f32, bit for bit, for values that round differently in bf16 and fp16 (and
+// one that fp16 overflows); an empty bias allocates nothing.
+TEST(CudaUploadBias, RoundsEachValueToTheActivationType) {
+  NVFP4_REQUIRE_GPU();
+  const std::vector<float> bias = {1.0f + 0x1p-9f, -3.14159265f, 1e-6f, 0x1p-20f, 70000.0f, -0.0f, 0.1f, 1e-30f};
+  for (DType t : {DType::BF16, DType::F16}) {
+    DeviceBuffer<float> d;
+    upload_bias(bias, t, d);
+    ASSERT_NE(d.p, nullptr);
+    ASSERT_EQ(d.bytes, bias.size() * sizeof(float));
+    std::vector<float> got(bias.size());
+    CUDA_OK(cudaMemcpy(got.data(), d.p, d.bytes, cudaMemcpyDeviceToHost));
+    int64_t changed = 0;
+    for (size_t i = 0; i < bias.size(); ++i) {
+      const float want = round_to(t, bias[i]);
+      changed += want != bias[i];
+      EXPECT_EQ(std::memcmp(&got[i], &want, sizeof(float)), 0)
+          << dtype_name(t) << " bias[" << i << "] = " << bias[i] << ": got " << got[i] << ", want " << want;
+    }
+    EXPECT_GE(changed, 4) << dtype_name(t) << ": the data does not exercise the rounding";
+  }
+  DeviceBuffer<float> none;
+  upload_bias({}, DType::BF16, none);
+  EXPECT_EQ(none.p, nullptr);
+  EXPECT_EQ(none.bytes, 0u);
 }
 
 }  // namespace
