@@ -46,9 +46,13 @@ void validate(const LinearWeights& w, Semantics s, DType act) {
 // only changes when each lane's next addition happens, never which additions or in which order, so every
 // block size and every code path below (AVX2 or portable) gives the same bits.
 constexpr int64_t kLanes = 8;
-constexpr int64_t kRowBlock = 8;     // weight rows decoded together: each x load from L2 feeds 8 rows
-constexpr int64_t kKBlock = 512;     // K columns per block (multiple of 16); a tile is 8 × 512 f32 = 16 KiB (L1)
-constexpr int64_t kTokenBlock = 64;  // tokens whose lane sums are kept at once (64·8·8 f32 = 16 KiB)
+constexpr int64_t kKBlock = 512;     // K columns per block (multiple of 16)
+constexpr int64_t kTokenBlock = 64;  // tokens whose lane sums are kept at once
+// Weight rows decoded together. Up to kTokenBlock tokens: 8 (a tile of 8 × 512 f32 = 16 KiB stays in L1 from its
+// decode to its last use). More tokens: up to 64, so that each activation block, read from L3 once per row
+// block, feeds 64 rows instead of 8 (the 64 × 512 tile, 128 KiB, sits in L2; a 4-row slice of it in L1).
+constexpr int64_t kRowBlock = 8;
+constexpr int64_t kRowBlockMany = 64;
 constexpr int kMr = 2, kNr = 4;      // register tile: 2 tokens × 4 rows = 8 vector accumulators
 static_assert(kKBlock % kGroupSize == 0 && kRowBlock % kNr == 0, "block sizes");
 
@@ -237,39 +241,42 @@ void CpuLinear::run(const uint16_t* x, int64_t m, uint16_t* y) const {
   if (sem_ == Semantics::W4A16) post = w_.weight.global.dec;
   if (sem_ == Semantics::W4A4) post = w_.input_global.dec * w_.weight.global.dec;  // alpha = f32(D_x·D_w)
   const DType wround = sem_ == Semantics::W4A4_VLLM ? act_ : DType::F32;  // w_dq = T(e2m1 · f32(S·D_w))
-  const int64_t blocks = (n + kRowBlock - 1) / kRowBlock;
-  // Threads over blocks of kRowBlock weight rows. Per block: each K block of the rows is decoded once per call
+  int64_t rows = m > kTokenBlock ? kRowBlockMany : kRowBlock;
+  while (rows > kRowBlock && (n + rows - 1) / rows < 4 * num_threads()) rows /= 2;  // keep every thread busy
+  const int64_t blocks = (n + rows - 1) / rows;
+  // Threads over blocks of `rows` weight rows. Per block: each K block of the rows is decoded once per call
   // (while the first token block runs) into wbuf, then reused by every token block; the lane sums of one token
-  // block live in acc (kTokenBlock, kRowBlock, 8) f32 across the K blocks. wbuf holds, for the K block starting
-  // at column kc (width kk), the (nb, kk) f32 tile at offset kc·kRowBlock, rows kk apart: one tile is contiguous
-  // (16 KiB), so its rows do not evict each other from L1 as rows K·4 bytes apart would.
+  // block live in acc (kTokenBlock, rows, 8) f32 across the K blocks. wbuf holds, for the K block starting at
+  // column kc (width kk), the (nb, kk) f32 tile at offset kc·rows, rows kk apart: a tile is contiguous, so its
+  // rows do not evict each other from L1 as rows K·4 bytes apart would. Within a K block, 4 rows at a time
+  // (in L1) meet every token pair of the block (from L2).
   // With a single token block nothing is reused across token blocks, so every K block goes to offset 0 and the
   // tile stays in L1.
   const bool keep = m > kTokenBlock;
-  const size_t wbuf_size = static_cast<size_t>(kRowBlock * (keep ? k : std::min(k, kKBlock)));
-  const size_t acc_size = static_cast<size_t>(std::min(m, kTokenBlock) * kRowBlock * kLanes);
+  const size_t wbuf_size = static_cast<size_t>(rows * (keep ? k : std::min(k, kKBlock)));
+  const size_t acc_size = static_cast<size_t>(std::min(m, kTokenBlock) * rows * kLanes);
   parallel_for(static_cast<size_t>(blocks), 1, [&](size_t b0, size_t b1) {
     // Per-thread scratch, kept between calls: allocating it per call costs page faults on every call.
     thread_local std::vector<float> scratch;
     if (scratch.size() < wbuf_size + acc_size) scratch.resize(wbuf_size + acc_size);
     float* const wbuf = scratch.data();
     float* const acc = wbuf + wbuf_size;
-    for (int64_t rb = static_cast<int64_t>(b0) * kRowBlock; rb < std::min(n, static_cast<int64_t>(b1) * kRowBlock);
-         rb += kRowBlock) {
-      const int64_t nb = std::min(kRowBlock, n - rb);
+    for (int64_t rb = static_cast<int64_t>(b0) * rows; rb < std::min(n, static_cast<int64_t>(b1) * rows);
+         rb += rows) {
+      const int64_t nb = std::min(rows, n - rb);
       for (int64_t mb = 0; mb < m; mb += kTokenBlock) {
         const int64_t mbn = std::min(kTokenBlock, m - mb);
         std::fill(acc, acc + mbn * nb * kLanes, 0.0f);
         for (int64_t kc = 0; kc < k; kc += kKBlock) {
           const int64_t kk = std::min(kKBlock, k - kc);
-          float* const wt = wbuf + (keep ? kc * kRowBlock : 0);  // this K block's (nb, kk) tile
+          float* const wt = wbuf + (keep ? kc * rows : 0);  // this K block's (nb, kk) tile
           if (mb == 0)
             for (int64_t r = 0; r < nb; ++r)
               decode_rows(w_.weight.codes.data() + (rb + r) * (k / 2) + kc / 2,
                           wscale_.data() + (rb + r) * groups + kc / kGroupSize, kk / kGroupSize, wround,
                           wt + r * kk);
-          for (int64_t i = 0; i < mbn; i += kMr)
-            for (int64_t r = 0; r < nb; r += kNr)
+          for (int64_t r = 0; r < nb; r += kNr)
+            for (int64_t i = 0; i < mbn; i += kMr)
               tile(xf.data() + (mb + i) * ldx + kc, ldx, static_cast<int>(std::min<int64_t>(kMr, mbn - i)),
                    wt + r * kk, kk, static_cast<int>(std::min<int64_t>(kNr, nb - r)), kk,
                    acc + (i * nb + r) * kLanes, nb);

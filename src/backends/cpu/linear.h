@@ -1,8 +1,12 @@
 // CPU executor for a quantized linear, all three semantics of SPEC §5, with bias.
 //   y (M, N) = x (M, K) · Wᵀ (+ bias), x and y in the activation dtype T (BF16 or F16, bit patterns).
-// Two entry points: `CpuLinear`, the fast path (weights decoded once per output row per call block,
-// threads over N, f32 accumulation), and `cpu_linear_reference_f64`, straightforward loops accumulating in
-// f64 (the test oracle; it returns the unrounded sums so tests can bound the error of any executor).
+// Two entry points: `CpuLinear`, the fast path (threads over blocks of weight rows; each block decoded once per
+// call into a per-thread f32 tile and reused by all M tokens; f32 accumulation), and `cpu_linear_reference_f64`,
+// straightforward loops accumulating in f64 (the test oracle; it returns the unrounded sums so tests can bound
+// the error of any executor).
+// CpuLinear's summation order per output is fixed and independent of block sizes, thread count and SIMD: 8 f32
+// lanes, lane j summing x[k]·w[k] for k ≡ j (mod 8) in increasing k, then ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)).
+// Its results are therefore reproducible bit for bit (recorded perplexities depend on it).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -17,7 +21,8 @@ class CpuLinear {
  public:
   // act: BF16 or F16. Throws nvfp4::Error if the semantics needs an input scale the layer lacks.
   CpuLinear(const LinearWeights& w, Semantics s, DType act);
-  // x: (m, K) T bits, row-major; y: (m, N) T bits, row-major. Thread-parallel over N.
+  // x: (m, K) T bits, row-major; y: (m, N) T bits, row-major. Thread-parallel over N. Any m >= 0; the cost per
+  // token falls with m (the weights are decoded once per call).
   void run(const uint16_t* x, int64_t m, uint16_t* y) const;
   Semantics semantics() const { return sem_; }
   DType act_dtype() const { return act_; }

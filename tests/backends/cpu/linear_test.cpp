@@ -150,7 +150,8 @@ std::vector<uint16_t> ordered_oracle(const LinearWeights& w, Semantics s, DType 
   return y;
 }
 
-// Shapes that are not multiples of the executor's blocks (8 rows, 2 tokens × 4 rows, 64 tokens, 512 K columns):
+// Shapes that are not multiples of the executor's blocks (8 rows, 2 tokens × 4 rows, 64 tokens, 512 K columns;
+// with these small N the row block stays 8 even past 64 tokens, see ManyTokenRowBlocks below):
 // partial row tiles, odd token counts, more than one token block (130 = 2·64 + 2, so later token blocks reuse
 // the decoded weights), K with and without a partial last K block. Within the derived bound of the f64 reference
 // AND bit-identical to the ordered oracle, in every semantics, both dtypes, with and without bias.
@@ -169,6 +170,27 @@ TEST(CpuLinear, BlockedPathKeepsTheSummationOrder) {
           for (int64_t i = 0; i < m * n; ++i)
             ASSERT_EQ(y[i], want[i]) << semantics_name(s) << " " << dtype_name(act) << " M=" << m << " N=" << n
                                      << " K=" << k << " at (" << i / n << "," << i % n << ")";
+        }
+}
+
+// Past 64 tokens the executor decodes up to 64 rows per block, halved until every thread has 4 blocks: with
+// N = 200, one thread gives 64-row blocks (the last one 8 rows), two threads 16-row blocks. Same bits as the
+// ordered oracle in both, every semantics and dtype, 65 and 130 tokens (one and two extra token blocks).
+TEST(CpuLinear, ManyTokenRowBlocksKeepTheSummationOrder) {
+  const int saved = num_threads();
+  uint32_t seed = 900;
+  for (int threads : {1, 2})
+    for (int64_t m : {65, 130})
+      for (DType act : {DType::BF16, DType::F16})
+        for (Semantics s : {Semantics::W4A16, Semantics::W4A4, Semantics::W4A4_VLLM}) {
+          const bool bias = (seed % 2) == 0;
+          const Case c = make_case(m, 200, 1040, act, bias, seed++);
+          const std::vector<uint16_t> want = ordered_oracle(c.w, s, act, c.x.data(), m);
+          std::vector<uint16_t> y(static_cast<size_t>(m * 200), 0xFFFF);
+          set_num_threads(threads);
+          CpuLinear(c.w, s, act).run(c.x.data(), m, y.data());
+          set_num_threads(saved);
+          ASSERT_EQ(y, want) << semantics_name(s) << " " << dtype_name(act) << " M=" << m << " threads=" << threads;
         }
 }
 
