@@ -37,6 +37,37 @@ inline v16f load16_bf16(const uint16_t* p) {
   std::memcpy(&f, &u, sizeof(f));
   return f;
 }
+// fp16 -> f32, exact for every code: the 15 magnitude bits shifted into f32 position are the value scaled by
+// 2^-112 (f16 subnormals land on f32 subnormals, exactly), so one multiplication by 2^112 restores it; inf
+// and NaN (all exponent bits set) get the f32 all-ones exponent instead. Same bits as format's f16_to_f32
+// (the 16-bit dense test compares every code).
+inline v16f load16_f16(const uint16_t* p) {
+  v16h h;
+  std::memcpy(&h, p, sizeof(h));
+  const v16u u = __builtin_convertvector(h, v16u);
+  const v16u mag = u & 0x7fffu;
+  const v16u shifted = mag << 13;
+  v16f f;
+  std::memcpy(&f, &shifted, sizeof(f));
+  f = f * 0x1p112f;
+  v16u r;
+  std::memcpy(&r, &f, sizeof(r));
+  const v16u special = (v16u)(mag >= 0x7c00u);  // all ones in the lanes holding inf / NaN
+  r = (r & ~special) | ((shifted | 0x7f800000u) & special);
+  r |= (u & 0x8000u) << 16;
+  std::memcpy(&f, &r, sizeof(f));
+  return f;
+}
+
+struct Bf16Weights {
+  static v16f load(const uint16_t* p) { return load16_bf16(p); }
+  static float one(uint16_t b) { return bf16_to_f32(b); }
+};
+struct F16Weights {
+  static v16f load(const uint16_t* p) { return load16_f16(p); }
+  static float one(uint16_t b) { return f16_to_f32(b); }
+};
+
 // Fixed pairwise lane sum: (((l0+l8)+(l4+l12))+...) so every path sums in the same order.
 inline float hsum(v16f v) {
   float a[16];
@@ -48,9 +79,11 @@ inline float hsum(v16f v) {
 
 constexpr int kRowBlock = 4;  // tokens processed per pass over a weight row
 
-NVFP4_CLONES
-void matmul_rows_bf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, int64_t n0, int64_t n1,
-                      float* acc) {
+// Rows n0..n1 of a 16-bit weight, kRowBlock tokens per pass over a row. Each output is the same sequence of f32
+// operations as matmul_rows_f32 performs on the widened weight (the blocking only shares the weight loads).
+template <class W>
+__attribute__((always_inline)) inline void matmul_rows_16(const float* x, int64_t m, int64_t k, const uint16_t* w,
+                                                          int64_t n, int64_t n0, int64_t n1, float* acc) {
   const int64_t kv = k / 16 * 16;
   for (int64_t r = n0; r < n1; ++r) {
     const uint16_t* wr = w + r * k;
@@ -60,7 +93,7 @@ void matmul_rows_bf16(const float* x, int64_t m, int64_t k, const uint16_t* w, i
       const float* x0 = x + i0 * k;
       if (mb == kRowBlock) {
         for (int64_t j = 0; j < kv; j += 16) {
-          const v16f wv = load16_bf16(wr + j);
+          const v16f wv = W::load(wr + j);
           s0 += load16(x0 + j) * wv;
           s1 += load16(x0 + k + j) * wv;
           s2 += load16(x0 + 2 * k + j) * wv;
@@ -68,7 +101,7 @@ void matmul_rows_bf16(const float* x, int64_t m, int64_t k, const uint16_t* w, i
         }
         float t[4] = {hsum(s0), hsum(s1), hsum(s2), hsum(s3)};
         for (int64_t j = kv; j < k; ++j) {
-          const float wv = bf16_to_f32(wr[j]);
+          const float wv = W::one(wr[j]);
           for (int q = 0; q < 4; ++q) t[q] += x0[q * k + j] * wv;
         }
         for (int q = 0; q < 4; ++q) acc[(i0 + q) * n + r] = t[q];
@@ -76,14 +109,26 @@ void matmul_rows_bf16(const float* x, int64_t m, int64_t k, const uint16_t* w, i
         for (int64_t q = 0; q < mb; ++q) {
           v16f s = {};
           const float* xq = x0 + q * k;
-          for (int64_t j = 0; j < kv; j += 16) s += load16(xq + j) * load16_bf16(wr + j);
+          for (int64_t j = 0; j < kv; j += 16) s += load16(xq + j) * W::load(wr + j);
           float t = hsum(s);
-          for (int64_t j = kv; j < k; ++j) t += xq[j] * bf16_to_f32(wr[j]);
+          for (int64_t j = kv; j < k; ++j) t += xq[j] * W::one(wr[j]);
           acc[(i0 + q) * n + r] = t;
         }
       }
     }
   }
+}
+
+NVFP4_CLONES
+void matmul_rows_bf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, int64_t n0, int64_t n1,
+                      float* acc) {
+  matmul_rows_16<Bf16Weights>(x, m, k, w, n, n0, n1, acc);
+}
+
+NVFP4_CLONES
+void matmul_rows_f16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, int64_t n0, int64_t n1,
+                     float* acc) {
+  matmul_rows_16<F16Weights>(x, m, k, w, n, n0, n1, acc);
 }
 
 NVFP4_CLONES
@@ -107,12 +152,15 @@ void matmul_rows_f32(const float* x, int64_t m, int64_t k, const float* w, int64
 
 void dense_matmul(const float* x, int64_t m, const DenseWeight& w, float* acc) {
   if (m <= 0) return;
-  if (w.dtype == DType::BF16) {
-    NVFP4_CHECK(w.bits != nullptr, "dense_matmul: missing bf16 weight");
+  if (w.dtype == DType::BF16 || w.dtype == DType::F16) {
+    NVFP4_CHECK(w.bits != nullptr, "dense_matmul: missing 16-bit weight");
+    const bool bf16 = w.dtype == DType::BF16;
     parallel_for(static_cast<size_t>(w.n), 32, [&](size_t a, size_t b) {
-      matmul_rows_bf16(x, m, w.k, w.bits, w.n, static_cast<int64_t>(a), static_cast<int64_t>(b), acc);
+      if (bf16) matmul_rows_bf16(x, m, w.k, w.bits, w.n, static_cast<int64_t>(a), static_cast<int64_t>(b), acc);
+      else matmul_rows_f16(x, m, w.k, w.bits, w.n, static_cast<int64_t>(a), static_cast<int64_t>(b), acc);
     });
   } else {
+    NVFP4_CHECK(w.dtype == DType::F32, "dense_matmul: weight dtype must be bf16, f16 or f32");
     NVFP4_CHECK(w.f32 != nullptr, "dense_matmul: missing f32 weight");
     parallel_for(static_cast<size_t>(w.n), 32, [&](size_t a, size_t b) {
       matmul_rows_f32(x, m, w.k, w.f32, w.n, static_cast<int64_t>(a), static_cast<int64_t>(b), acc);

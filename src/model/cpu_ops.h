@@ -13,13 +13,15 @@ namespace nvfp4::model {
 // Dense weight storage of one unquantized linear.
 struct DenseWeight {
   int64_t n = 0, k = 0;          // (N out, K in)
-  DType dtype = DType::BF16;     // BF16: `bits` holds (N, K) bf16; F32: `f32` holds (N, K) f32
+  // BF16 / F16: `bits` holds (N, K) bf16 / fp16 bit patterns, row-major; F32: `f32` holds (N, K) f32.
+  DType dtype = DType::BF16;
   const uint16_t* bits = nullptr;
   const float* f32 = nullptr;
 };
 
 // acc (m, N) f32 = x (m, K) f32 · Wᵀ, accumulated in f32 (16 lanes, then a fixed pairwise lane sum).
-// Thread-parallel over N (common/parallel.h).
+// A 16-bit weight is widened to f32 on use; the widening is exact, so the result is bit-identical to that of
+// an F32 DenseWeight holding the same values. Thread-parallel over N (common/parallel.h).
 void dense_matmul(const float* x, int64_t m, const DenseWeight& w, float* acc);
 
 // Σ a[i]·b[i] over n values, f32 lanes (the attention dot product).

@@ -246,29 +246,29 @@ struct Loader {
     return v;
   }
 
-  // Dense storage of a (n, k) tensor in the form dense_matmul reads.
+  // Dense storage of a (n, k) tensor in the form dense_matmul reads: T bits when T is 16-bit (copied as they
+  // are when the file holds T, else rounded to T from the f32 value), f32 when T is F32.
   void store_dense(const std::string& tensor, int64_t n, int64_t k, std::vector<uint16_t>* bits,
                    std::vector<float>* fv, DenseWeight* d) const {
     d->n = n;
     d->k = k;
     const io::TensorView* tv = ck.tensors().find(tensor);
     if (!tv) fail(ck.path() + ": tensor '" + tensor + "' missing");
-    if (act == DType::BF16) {
-      d->dtype = DType::BF16;
-      if (tv->dtype == DType::BF16 && tv->shape == std::vector<int64_t>{n, k}) {
+    if (act == DType::BF16 || act == DType::F16) {
+      d->dtype = act;
+      if (tv->dtype == act && tv->shape == std::vector<int64_t>{n, k}) {
         bits->resize(static_cast<size_t>(n * k));
         std::memcpy(bits->data(), tv->data, bits->size() * 2);
         *bytes += bits->size() * 2;
       } else {
         std::vector<float> v = f32(tensor, {n, k});
         bits->resize(v.size());
-        for (size_t i = 0; i < v.size(); ++i) (*bits)[i] = f32_to_bf16(v[i]);
+        for (size_t i = 0; i < v.size(); ++i) (*bits)[i] = to_bits16(act, v[i]);
       }
       d->bits = bits->data();
     } else {
       d->dtype = DType::F32;
       *fv = f32(tensor, {n, k});
-      round_to_dtype(fv->data(), static_cast<int64_t>(fv->size()), act);
       d->f32 = fv->data();
     }
   }
@@ -317,12 +317,21 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
 
   const int64_t H = c.hidden, hd = c.head_dim, nh = c.n_heads, nkv = c.n_kv_heads, I = c.intermediate;
   {
-    std::vector<float> e = L.f32("model.embed_tokens.weight", {c.vocab, H});
-    if (m->act_ == DType::F32) {
-      m->embed_f32_ = std::move(e);
+    const std::string name = "model.embed_tokens.weight";
+    const io::TensorView* tv = ck->tensors().find(name);
+    if (m->act_ != DType::F32 && tv && tv->dtype == m->act_ && tv->shape == std::vector<int64_t>{c.vocab, H}) {
+      // already T bits: copied as they are (no f32 copy of the table)
+      m->embed_bits_.resize(static_cast<size_t>(c.vocab * H));
+      std::memcpy(m->embed_bits_.data(), tv->data, m->embed_bits_.size() * 2);
+      m->weight_bytes_ += m->embed_bits_.size() * 2;
     } else {
-      m->embed_bits_.resize(e.size());
-      for (size_t i = 0; i < e.size(); ++i) m->embed_bits_[i] = to_bits16(m->act_, e[i]);
+      std::vector<float> e = L.f32(name, {c.vocab, H});
+      if (m->act_ == DType::F32) {
+        m->embed_f32_ = std::move(e);
+      } else {
+        m->embed_bits_.resize(e.size());
+        for (size_t i = 0; i < e.size(); ++i) m->embed_bits_[i] = to_bits16(m->act_, e[i]);
+      }
     }
   }
   m->final_norm_ = L.f32("model.norm.weight", {H});
@@ -353,19 +362,9 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
     lm.k = H;
     lm.dense.n = c.vocab;
     lm.dense.k = H;
-    if (m->act_ == DType::BF16) {
-      lm.dense.dtype = DType::BF16;
-      lm.dense.bits = m->embed_bits_.data();
-    } else {
-      lm.dense.dtype = DType::F32;
-      if (m->act_ == DType::F16) {
-        lm.f32.resize(m->embed_bits_.size());
-        for (size_t i = 0; i < lm.f32.size(); ++i) lm.f32[i] = f16_to_f32(m->embed_bits_[i]);
-        lm.dense.f32 = lm.f32.data();
-      } else {
-        lm.dense.f32 = m->embed_f32_.data();
-      }
-    }
+    lm.dense.dtype = m->act_;  // the embedding table's own storage: T bits, or f32
+    if (m->act_ == DType::F32) lm.dense.f32 = m->embed_f32_.data();
+    else lm.dense.bits = m->embed_bits_.data();
   }
 
   m->cap_ = std::max<int64_t>(1, std::min(opt.max_context, c.max_position));
@@ -443,8 +442,20 @@ void LlamaModel::init_device(const DeviceInfo& d) {
     if (l.q) return;
     auto dd = std::make_unique<DeviceState::Dense>();
     const size_t nk = static_cast<size_t>(l.n * l.k);
-    if (l.dense.dtype == DType::BF16) dd->w.upload(l.dense.bits, nk * 2, device);
-    else dd->w.upload(l.dense.f32, nk * 4, device);
+    if (l.dense.dtype == DType::BF16) {
+      dd->w.upload(l.dense.bits, nk * 2, device);
+    } else if (l.dense.dtype == DType::F16) {
+      // cuBLAS runs f16 models' dense linears in f32 (forward_device): widened and uploaded a block at a time
+      dd->w.ensure(nk * 4, device);
+      std::vector<float> blk(std::min<size_t>(nk, size_t(1) << 20));
+      for (size_t i0 = 0; i0 < nk; i0 += blk.size()) {
+        const size_t cnt = std::min(blk.size(), nk - i0);
+        for (size_t i = 0; i < cnt; ++i) blk[i] = f16_to_f32(l.dense.bits[i0 + i]);
+        cuda_ops::copy_to_device(dd->w.f() + i0, blk.data(), cnt * 4);  // synchronous w.r.t. the host
+      }
+    } else {
+      dd->w.upload(l.dense.f32, nk * 4, device);
+    }
     if (!l.bias.empty()) dd->bias.upload(l.bias.data(), l.bias.size() * 4, device);
     D->dense[&l] = std::move(dd);
   };
@@ -723,7 +734,8 @@ std::vector<ExecutorSummary> LlamaModel::executor_summary() const {
   auto add = [&](const std::string& group, const Linear& l) {
     std::string how;
     if (l.q) how = l.q->selection().str();
-    else how = std::string("dense ") + dtype_name(l.dense.dtype) + " on cpu (unquantized)";
+    else how = std::string("dense ") + dtype_name(dev_ && l.dense.dtype == DType::F16 ? DType::F32 : l.dense.dtype) +
+               " on cpu (unquantized)";  // an f16 weight runs in f32 on the device (init_device)
     for (auto& e : out) {
       if (e.group == group && e.how == how) {
         ++e.count;

@@ -48,11 +48,15 @@ std::vector<double> rnd(std::mt19937& g, size_t n, double scale, double offset =
   return v;
 }
 
-std::string write_tiny(const Tiny& t, const std::string& dir) {
+// torch_dtype: the model dtype T the decoder runs in (the file holds f32; the loader rounds to T). tied: no
+// lm_head.weight, tie_word_embeddings true.
+std::string write_tiny(const Tiny& t, const std::string& dir, const std::string& torch_dtype = "float32",
+                       bool tied = false) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   nvfp4::io::SafetensorsWriter wr;
   for (const auto& [name, v] : t.w) {
+    if (tied && name == "lm_head.weight") continue;
     std::vector<float> f(v.begin(), v.end());
     std::vector<int64_t> shape;
     const std::string base = name.substr(0, name.rfind('.'));
@@ -73,7 +77,8 @@ std::string write_tiny(const Tiny& t, const std::string& dir) {
       << ", \"max_position_embeddings\": 64, \"rms_norm_eps\": " << t.eps << ", \"rope_theta\": " << t.theta
       << ", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": " << t.factor << ", \"low_freq_factor\": " << t.lo
       << ", \"high_freq_factor\": " << t.hi << ", \"original_max_position_embeddings\": " << t.orig
-      << "}, \"attention_bias\": true, \"tie_word_embeddings\": false, \"torch_dtype\": \"float32\", \"eos_token_id\": 2}";
+      << "}, \"attention_bias\": true, \"tie_word_embeddings\": " << (tied ? "true" : "false")
+      << ", \"torch_dtype\": \"" << torch_dtype << "\", \"eos_token_id\": 2}";
   return dir;
 }
 
@@ -242,6 +247,56 @@ TEST(Decoder, KvCacheDecodeEqualsPrefillBitForBit) {
   }
   EXPECT_EQ(m->position(), static_cast<int64_t>(tok.size()));
   fs::remove_all(dir);
+}
+
+// The same with the model in bf16 and fp16: the dense linears then read 16-bit weights, through the kernel that
+// shares each weight load between 4 tokens (prefill) or reads it for one (decode); both must give the same bits.
+TEST(Decoder, KvCacheDecodeEqualsPrefillBitForBit16BitModels) {
+  for (const char* dt : {"bfloat16", "float16"}) {
+    const Tiny t = make_tiny(13);
+    const std::string dir = write_tiny(t, tmpdir(std::string("kv16") + dt), dt);
+    auto m = nvfp4::model::LlamaModel::load(dir, {}, {});
+    ASSERT_EQ(m->act_dtype(), std::string(dt) == "float16" ? DType::F16 : DType::BF16);
+    const std::vector<int32_t> tok = {5, 6, 7, 8, 9, 10, 2, 33, 17};
+    std::vector<float> all(tok.size() * t.V, NAN);
+    m->forward(tok.data(), tok.size(), all.data(), true);
+    double norm2 = 0;
+    for (float v : all) norm2 += static_cast<double>(v) * v;
+    ASSERT_GT(norm2, 1.0) << dt << ": logits are trivial";
+    m->reset();
+    std::vector<float> last(t.V, NAN);
+    for (size_t i = 0; i < tok.size(); ++i) {
+      m->forward(&tok[i], 1, last.data(), false);
+      for (int64_t j = 0; j < t.V; ++j) ASSERT_EQ(last[j], all[i * t.V + j]) << dt << " token " << i << " logit " << j;
+    }
+    fs::remove_all(dir);
+  }
+}
+
+// A tied lm_head reads the embedding table in its own storage (T bits); it must give the same logits, bit for
+// bit, as an explicit lm_head.weight holding the same values.
+TEST(Decoder, TiedLmHeadEqualsExplicitCopyBitForBit) {
+  for (const char* dt : {"bfloat16", "float16", "float32"}) {
+    Tiny t = make_tiny(17);
+    t.w["lm_head.weight"] = t.w["model.embed_tokens.weight"];
+    const std::string dir_tied = write_tiny(t, tmpdir(std::string("tied") + dt), dt, true);
+    const std::string dir_copy = write_tiny(t, tmpdir(std::string("copy") + dt), dt, false);
+    auto a = nvfp4::model::LlamaModel::load(dir_tied, {}, {});
+    auto b = nvfp4::model::LlamaModel::load(dir_copy, {}, {});
+    const std::vector<int32_t> tok = {1, 9, 27, 3, 3, 38};
+    std::vector<float> la(tok.size() * t.V, NAN), lb(tok.size() * t.V, -NAN);
+    a->forward(tok.data(), tok.size(), la.data(), true);
+    b->forward(tok.data(), tok.size(), lb.data(), true);
+    double norm2 = 0;
+    for (size_t i = 0; i < la.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(la[i])) << dt << " " << i;
+      ASSERT_EQ(la[i], lb[i]) << dt << " logit " << i;
+      norm2 += static_cast<double>(la[i]) * la[i];
+    }
+    EXPECT_GT(norm2, 1.0) << dt;
+    fs::remove_all(dir_tied);
+    fs::remove_all(dir_copy);
+  }
 }
 
 TEST(Decoder, ContextOverflowAndBadTokenThrow) {
