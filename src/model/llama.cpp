@@ -155,7 +155,7 @@ struct LlamaModel::Linear {
   int64_t n = 0, k = 0;
   // dense
   DenseWeight dense;
-  std::vector<uint16_t> bits;    // owned storage for dense.bits (unless tied to the embedding)
+  std::vector<uint16_t> bits;    // owned storage for dense.bits (unless read in place from the file or tied)
   std::vector<float> f32;        // owned storage for dense.f32
   std::vector<float> bias;       // (N) values in T; empty when none
   bool round_output = true;      // false for lm_head (f32 logits)
@@ -230,6 +230,7 @@ struct Loader {
   BuildInfo build;
   const Overrides& ov;
   uint64_t* bytes;
+  bool* uses_mapping;  // set when a weight points into the checkpoint's mapped file instead of a copy
 
   std::vector<float> f32(const std::string& name, std::vector<int64_t> expect) const {
     std::vector<int64_t> shape;
@@ -246,8 +247,9 @@ struct Loader {
     return v;
   }
 
-  // Dense storage of a (n, k) tensor in the form dense_matmul reads: T bits when T is 16-bit (copied as they
-  // are when the file holds T, else rounded to T from the f32 value), f32 when T is F32.
+  // Dense storage of a (n, k) tensor in the form dense_matmul reads: T bits when T is 16-bit (read in place
+  // from the mapped file when it holds T, 2-byte aligned; else rounded to T from the f32 value into `bits`),
+  // f32 when T is F32.
   void store_dense(const std::string& tensor, int64_t n, int64_t k, std::vector<uint16_t>* bits,
                    std::vector<float>* fv, DenseWeight* d) const {
     d->n = n;
@@ -256,21 +258,31 @@ struct Loader {
     if (!tv) fail(ck.path() + ": tensor '" + tensor + "' missing");
     if (act == DType::BF16 || act == DType::F16) {
       d->dtype = act;
-      if (tv->dtype == act && tv->shape == std::vector<int64_t>{n, k}) {
-        bits->resize(static_cast<size_t>(n * k));
-        std::memcpy(bits->data(), tv->data, bits->size() * 2);
-        *bytes += bits->size() * 2;
+      if (const uint16_t* in_place = mapped_bits(*tv, {n, k})) {
+        d->bits = in_place;
+        *bytes += static_cast<uint64_t>(n * k) * 2;
       } else {
         std::vector<float> v = f32(tensor, {n, k});
         bits->resize(v.size());
         for (size_t i = 0; i < v.size(); ++i) (*bits)[i] = to_bits16(act, v[i]);
+        d->bits = bits->data();
       }
-      d->bits = bits->data();
     } else {
       d->dtype = DType::F32;
       *fv = f32(tensor, {n, k});
       d->f32 = fv->data();
     }
+  }
+
+  // The tensor's T bits where the mapped file holds them (dtype T, the expected shape, 2-byte aligned), else
+  // nullptr. The pointer lives as long as the checkpoint; the model keeps it open then (LlamaModel::ck_).
+  const uint16_t* mapped_bits(const io::TensorView& tv, const std::vector<int64_t>& shape) const {
+    if ((act != DType::BF16 && act != DType::F16) || tv.dtype != act || tv.shape != shape ||
+        reinterpret_cast<uintptr_t>(tv.data) % alignof(uint16_t) != 0) {
+      return nullptr;
+    }
+    *uses_mapping = true;
+    return reinterpret_cast<const uint16_t*>(tv.data);
   }
 
   void linear(const std::string& name, int64_t n, int64_t k, bool bias_allowed, LlamaModel::Linear* l) const {
@@ -313,17 +325,16 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
   m->record_amax_ = opt.record_input_amax;
 
   const DeviceInfo dev = any_quant ? detect_device(opt.overrides) : DeviceInfo::cpu("no quantized linears");
-  Loader L{*ck, m->act_, rep, dev, query_build(), opt.overrides, &m->weight_bytes_};
+  bool uses_mapping = false;
+  Loader L{*ck, m->act_, rep, dev, query_build(), opt.overrides, &m->weight_bytes_, &uses_mapping};
 
   const int64_t H = c.hidden, hd = c.head_dim, nh = c.n_heads, nkv = c.n_kv_heads, I = c.intermediate;
   {
     const std::string name = "model.embed_tokens.weight";
     const io::TensorView* tv = ck->tensors().find(name);
-    if (m->act_ != DType::F32 && tv && tv->dtype == m->act_ && tv->shape == std::vector<int64_t>{c.vocab, H}) {
-      // already T bits: copied as they are (no f32 copy of the table)
-      m->embed_bits_.resize(static_cast<size_t>(c.vocab * H));
-      std::memcpy(m->embed_bits_.data(), tv->data, m->embed_bits_.size() * 2);
-      m->weight_bytes_ += m->embed_bits_.size() * 2;
+    if (const uint16_t* in_place = tv ? L.mapped_bits(*tv, {c.vocab, H}) : nullptr) {
+      m->embed_ = in_place;  // already T bits: read from the mapped file
+      m->weight_bytes_ += static_cast<uint64_t>(c.vocab * H) * 2;
     } else {
       std::vector<float> e = L.f32(name, {c.vocab, H});
       if (m->act_ == DType::F32) {
@@ -331,6 +342,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
       } else {
         m->embed_bits_.resize(e.size());
         for (size_t i = 0; i < e.size(); ++i) m->embed_bits_[i] = to_bits16(m->act_, e[i]);
+        m->embed_ = m->embed_bits_.data();
       }
     }
   }
@@ -364,7 +376,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
     lm.dense.k = H;
     lm.dense.dtype = m->act_;  // the embedding table's own storage: T bits, or f32
     if (m->act_ == DType::F32) lm.dense.f32 = m->embed_f32_.data();
-    else lm.dense.bits = m->embed_bits_.data();
+    else lm.dense.bits = m->embed_;
   }
 
   m->cap_ = std::max<int64_t>(1, std::min(opt.max_context, c.max_position));
@@ -378,6 +390,9 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
       cs[hd / 2 + i] = static_cast<float>(std::sin(static_cast<double>(ang)));
     }
   }
+  // 16-bit weights read in place keep the checkpoint (its file mapping) open for the model's lifetime;
+  // otherwise it closes here.
+  if (uses_mapping) m->ck_ = std::move(ck);
   if (opt.ops_on_device) {
     if (opt.record_input_amax) fail("calibration (input max |x|) runs with CPU ops only");
     DeviceInfo d = any_quant ? dev : detect_device(opt.overrides);
@@ -426,7 +441,7 @@ void LlamaModel::init_device(const DeviceInfo& d) {
       std::vector<float> e(static_cast<size_t>(rows * H));
       for (int64_t r0 = 0; r0 < V; r0 += rows) {
         const size_t cnt = static_cast<size_t>(std::min(rows, V - r0) * H);
-        const uint16_t* src = embed_bits_.data() + static_cast<size_t>(r0 * H);
+        const uint16_t* src = embed_ + static_cast<size_t>(r0 * H);
         for (size_t i = 0; i < cnt; ++i) e[i] = from_bits16(act_, src[i]);
         // synchronous w.r.t. the host (device_memory.h), so `e` can be refilled right away
         cuda_ops::copy_to_device(D->embed.f() + r0 * H, e.data(), cnt * 4);
@@ -477,6 +492,7 @@ void LlamaModel::release_host_weights() {
   auto drop = [](auto& v) { std::remove_reference_t<decltype(v)>().swap(v); };
   drop(embed_bits_);
   drop(embed_f32_);
+  embed_ = nullptr;
   drop(final_norm_);
   drop(rope_cs_);
   auto drop_linear = [&](Linear& l) {
@@ -492,6 +508,7 @@ void LlamaModel::release_host_weights() {
     for (Linear* l : {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down}) drop_linear(*l);
   }
   drop_linear(*lm_head_);
+  ck_.reset();  // unmaps the weights read in place (their pointers are nulled above)
 }
 
 void LlamaModel::forward_device(const int32_t* tokens, int64_t n, float* logits, bool all_logits) {
@@ -662,7 +679,7 @@ void LlamaModel::forward(const int32_t* tokens, int64_t n, float* logits, bool a
     if (act_ == DType::F32) {
       std::memcpy(xi, embed_f32_.data() + static_cast<size_t>(t) * H, H * 4);
     } else {
-      const uint16_t* e = embed_bits_.data() + static_cast<size_t>(t) * H;
+      const uint16_t* e = embed_ + static_cast<size_t>(t) * H;
       for (int64_t j = 0; j < H; ++j) xi[j] = from_bits16(act_, e[j]);
     }
   }

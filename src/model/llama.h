@@ -126,7 +126,11 @@ class LlamaModel {
   LlamaConfig cfg_;
   DType act_ = DType::BF16;
   int64_t cap_ = 0, pos_ = 0;
-  std::vector<uint16_t> embed_bits_;   // (vocab, hidden) in T bits when T is 16-bit
+  // The mapped checkpoint when 16-bit weights are read from it in place (embedding, dense linears whose file
+  // dtype is T); null when every weight was copied. Declared before the members that point into it.
+  std::unique_ptr<io::Checkpoint> ck_;
+  const uint16_t* embed_ = nullptr;    // (vocab, hidden) in T bits when T is 16-bit: embed_bits_ or the file
+  std::vector<uint16_t> embed_bits_;   // owned storage for embed_ when the file's dtype is not T
   std::vector<float> embed_f32_;       // (vocab, hidden) when T is F32
   std::vector<float> final_norm_;
   std::vector<std::unique_ptr<Layer>> layers_;

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
+#include "format/numerics.h"
 #include "backends/cuda/device/device_info.h"
 #include "io/safetensors.h"
 #include "model/llama.h"
@@ -48,10 +49,11 @@ std::vector<double> rnd(std::mt19937& g, size_t n, double scale, double offset =
   return v;
 }
 
-// torch_dtype: the model dtype T the decoder runs in (the file holds f32; the loader rounds to T). tied: no
-// lm_head.weight, tie_word_embeddings true.
+// torch_dtype: the model dtype T the decoder runs in. file_dtype: how the tensors are stored (F32: the loader
+// rounds them to T; T itself: the loader reads the 16-bit ones in place). tied: no lm_head.weight,
+// tie_word_embeddings true.
 std::string write_tiny(const Tiny& t, const std::string& dir, const std::string& torch_dtype = "float32",
-                       bool tied = false) {
+                       bool tied = false, DType file_dtype = DType::F32) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   nvfp4::io::SafetensorsWriter wr;
@@ -67,7 +69,7 @@ std::string write_tiny(const Tiny& t, const std::string& dir, const std::string&
     else if (name.find("o_proj") != std::string::npos) shape = {t.H, t.nh * t.hd};
     else if (name.find("down") != std::string::npos) shape = {t.H, t.I};
     else shape = {t.I, t.H};
-    wr.add_f32(name, DType::F32, shape, f.data());
+    wr.add_f32(name, file_dtype, shape, f.data());
   }
   wr.write(dir + "/model.safetensors");
   std::ofstream(dir + "/config.json")
@@ -296,6 +298,40 @@ TEST(Decoder, TiedLmHeadEqualsExplicitCopyBitForBit) {
     EXPECT_GT(norm2, 1.0) << dt;
     fs::remove_all(dir_tied);
     fs::remove_all(dir_copy);
+  }
+}
+
+// 16-bit weights stored in the model dtype are read in place from the mapped file; the logits must equal, bit
+// for bit, those of the same model stored as f32 and rounded to T at load (the copied path).
+TEST(Decoder, WeightsReadInPlaceEqualCopiedWeightsBitForBit) {
+  for (const auto& [dt, fdt] : {std::pair<const char*, DType>{"bfloat16", DType::BF16}, {"float16", DType::F16}}) {
+    for (const bool tied : {false, true}) {
+      // values representable in T, so both files hold the same model (the loader keeps norm weights as
+      // read: an f32 file would otherwise give norms that T cannot hold)
+      Tiny t = make_tiny(19);
+      for (auto& [name, v] : t.w)
+        for (double& x : v) x = nvfp4::round_to(fdt, static_cast<float>(x));
+      const std::string tag = std::string(dt) + (tied ? "t" : "u");
+      const std::string dir_f32 = write_tiny(t, tmpdir("copied" + tag), dt, tied, DType::F32);
+      const std::string dir_16 = write_tiny(t, tmpdir("inplace" + tag), dt, tied, fdt);
+      auto a = nvfp4::model::LlamaModel::load(dir_f32, {}, {});
+      auto b = nvfp4::model::LlamaModel::load(dir_16, {}, {});
+      // the files are closed after load (the in-place model keeps its own mapping)
+      fs::remove_all(dir_f32);
+      fs::remove_all(dir_16);
+      const std::vector<int32_t> tok = {4, 8, 15, 16, 23, 39, 0};
+      std::vector<float> la(tok.size() * t.V, NAN), lb(tok.size() * t.V, -NAN);
+      a->forward(tok.data(), tok.size(), la.data(), true);
+      b->forward(tok.data(), tok.size(), lb.data(), true);
+      EXPECT_EQ(a->weight_bytes(), b->weight_bytes()) << tag;
+      double norm2 = 0;
+      for (size_t i = 0; i < la.size(); ++i) {
+        ASSERT_TRUE(std::isfinite(la[i])) << tag << " " << i;
+        ASSERT_EQ(la[i], lb[i]) << tag << " logit " << i;
+        norm2 += static_cast<double>(la[i]) * la[i];
+      }
+      EXPECT_GT(norm2, 1.0) << tag;
+    }
   }
 }
 
