@@ -15,6 +15,7 @@
 // NVFP4_CPU_PORTABLE (compile definition) drops the AVX2 code, to test the portable path on x86.
 #if defined(__x86_64__) && !defined(NVFP4_CPU_PORTABLE)
 #define NVFP4_CPU_AVX2 1
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -173,7 +174,11 @@ __attribute__((target("avx2,f16c"))) void decode_avx2(const uint8_t* codes, cons
 }
 
 bool have_avx2() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  // F16C by cpuid: clang's __builtin_cpu_supports does not know "f16c".
+  static const bool yes = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+  }();
   return yes;
 }
 #endif
