@@ -2,7 +2,6 @@
 // f32 operation is an explicitly rounded intrinsic (no FMA contraction), the reciprocals are IEEE
 // divisions, and E2M1/E4M3 rounding is done in software (sm_90 has no FP4 convert instruction).
 #include "backends/cuda/cuda_util.cuh"
-#include "backends/cuda/device_buffer.cuh"
 #include "backends/cuda/quantize.cuh"
 #include "backends/cuda/weight_layout.h"
 
@@ -141,19 +140,6 @@ void launch_t(const void* x, int64_t m, int64_t k, float gs, uint8_t* codes, uin
 }
 
 }  // namespace
-
-bool has_kernel_image(int device) {
-  cudaError_t e = cudaErrorInvalidDevice;
-  try {
-    const DeviceGuard guard(device);
-    cudaFuncAttributes attr{};
-    e = cudaFuncGetAttributes(&attr,
-                              reinterpret_cast<const void*>(&quantize_linear_kernel<__nv_bfloat16, false, 2>));
-  } catch (const Error&) {  // the device cannot be made current: no image runs there for us
-  }
-  cudaGetLastError();
-  return e == cudaSuccess;
-}
 
 void launch_quantize(const void* x, DType act, int64_t m, int64_t k, float gs_enc, uint8_t* codes,
                      uint8_t* scales, ScaleLayout layout, CodeOrder order, cudaStream_t stream) {

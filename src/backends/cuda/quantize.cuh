@@ -15,7 +15,4 @@ enum class CodeOrder { Linear, Fragment };
 void launch_quantize(const void* x, DType act, int64_t m, int64_t k, float gs_enc, uint8_t* codes,
                      uint8_t* scales, ScaleLayout layout, CodeOrder order, cudaStream_t stream);
 
-// True when this binary carries code of its kernels that `device` can run.
-bool has_kernel_image(int device);
-
 }  // namespace nvfp4::cuda::detail
