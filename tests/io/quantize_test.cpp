@@ -90,6 +90,14 @@ std::map<std::string, float> calib_for(const Tiny& t) {
 // (x/t, S·D) add a relative error far below 2^-20. Separately, 6t >= amax_g·(1 - 2^-4)(1 - 2^-8): the block
 // scale is amax_g/6 rounded to bf16 (relative error <= 2^-9) and then to E4M3 (<= 2^-4, normal range), so the
 // clamp removes at most ~6.3% of a group's largest value.
+// W4A4 (NVFP4) options calibrated for the tiny model `t`.
+QuantizeOptions w4a4_options(const Tiny& t) {
+  QuantizeOptions opt;
+  opt.scheme = QuantScheme::NVFP4;
+  opt.calib_amax = calib_for(t);
+  return opt;
+}
+
 void expect_within_quant_bound(const std::vector<float>& x, const Nvfp4Matrix& q, const std::string& what) {
   std::vector<float> xh(x.size());
   dequantize(q, xh.data());
@@ -204,9 +212,7 @@ TEST(Quantize, W4A4NeedsCalibrationAndWritesInputScales) {
   TmpDir d;
   std::filesystem::create_directory(d / "in");
   const Tiny t = write_tiny(d / "in");
-  QuantizeOptions opt;
-  opt.scheme = QuantScheme::NVFP4;
-  opt.calib_amax = calib_for(t);
+  QuantizeOptions opt = w4a4_options(t);
   const std::string missing = "model.layers.1.mlp.down_proj";
   opt.calib_amax.erase(missing);
   try {
@@ -236,10 +242,8 @@ TEST(Quantize, ModelOptFusedSetsShareOneWeightScale2) {
   TmpDir d;
   std::filesystem::create_directory(d / "in");
   const Tiny t = write_tiny(d / "in");
-  QuantizeOptions opt;
-  opt.scheme = QuantScheme::NVFP4;
+  QuantizeOptions opt = w4a4_options(t);
   opt.format = CheckpointFormat::ModelOpt;
-  opt.calib_amax = calib_for(t);
   quantize_model(d / "in", d / "out", opt);
   auto ck = Checkpoint::open(d / "out");
   ASSERT_EQ(ck->format(), CheckpointFormat::ModelOpt);
@@ -391,9 +395,7 @@ TEST(Quantize, OutputShardsAreSafetensorsWriterBytes) {
   TmpDir d;
   std::filesystem::create_directory(d / "in");
   const Tiny t = write_tiny(d / "in", /*sharded=*/true);
-  QuantizeOptions opt;
-  opt.scheme = QuantScheme::NVFP4;
-  opt.calib_amax = calib_for(t);
+  QuantizeOptions opt = w4a4_options(t);
   quantize_model(d / "in", d / "ct", opt);
   expect_shards_as_safetensors_writer(d / "ct", d / "scratch.safetensors");
   QuantizeOptions conv;
@@ -409,9 +411,7 @@ TEST(Convert, CompressedTensorsToModelOptIsByteForByte) {
   TmpDir d;
   std::filesystem::create_directory(d / "in");
   const Tiny t = write_tiny(d / "in");
-  QuantizeOptions opt;
-  opt.scheme = QuantScheme::NVFP4;
-  opt.calib_amax = calib_for(t);
+  QuantizeOptions opt = w4a4_options(t);
   quantize_model(d / "in", d / "ct", opt);
   QuantizeOptions conv;
   conv.format = CheckpointFormat::ModelOpt;
@@ -460,9 +460,7 @@ TEST(Convert, ModuleSplitAcrossShards) {
   TmpDir d;
   std::filesystem::create_directory(d / "in");
   const Tiny t = write_tiny(d / "in", /*sharded=*/true);
-  QuantizeOptions opt;
-  opt.scheme = QuantScheme::NVFP4;
-  opt.calib_amax = calib_for(t);
+  QuantizeOptions opt = w4a4_options(t);
   quantize_model(d / "in", d / "ct", opt);
   // Move two tensors of layer 0's up_proj (its codes stay in shard 1) to shard 2.
   const std::string m = "model.layers.0.mlp.up_proj";
