@@ -31,6 +31,7 @@
 
 #include "backends/cublaslt/fp4_layout.h"
 #include "backends/cuda/cuda_linear.h"
+#include "backends/cuda/cuda_util.cuh"
 #include "backends/cuda/device_buffer.cuh"
 #include "backends/cuda/device/capability.h"
 #include "backends/cuda/device/device_info.h"
@@ -104,19 +105,6 @@ DeviceContext& context(int device) {
 }
 
 // ---- finishing kernel: y = T(T(acc) + bias), also the copy out of a padded staging buffer -------------
-template <typename T>
-__device__ __forceinline__ float to_f(T v);
-template <>
-__device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <>
-__device__ __forceinline__ float to_f<__half>(__half v) { return __half2float(v); }
-template <typename T>
-__device__ __forceinline__ T from_f(float v);
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-template <>
-__device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
-
 // src: (m, ld) T, already T(acc) (cuBLASLt rounds its fp32 result once to T); y: (m, n) T; bias: (n,) f32
 // values of T or null. src may equal y (ld == n) for the in-place bias add.
 template <typename T>
@@ -124,7 +112,7 @@ __global__ void finish_kernel(const T* src, int64_t ld, T* y, int64_t m, int64_t
   const int64_t i = blockIdx.y;
   for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < n; j += int64_t(gridDim.x) * blockDim.x) {
     const T v = src[i * ld + j];
-    y[i * n + j] = bias ? from_f<T>(__fadd_rn(to_f<T>(v), bias[j])) : v;
+    y[i * n + j] = bias ? cuda::detail::Act<T>::one(__fadd_rn(cuda::detail::Act<T>::back(v), bias[j])) : v;
   }
 }
 
