@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <initializer_list>
 #include <nlohmann/json.hpp>
@@ -90,6 +91,16 @@ std::map<std::string, float> calib_for(const Tiny& t) {
 // (x/t, S·D) add a relative error far below 2^-20. Separately, 6t >= amax_g·(1 - 2^-4)(1 - 2^-8): the block
 // scale is amax_g/6 rounded to bf16 (relative error <= 2^-9) and then to E4M3 (<= 2^-4, normal range), so the
 // clamp removes at most ~6.3% of a group's largest value.
+// The amax that sets `linear`'s global scale (module name without "model.layers.L." prefix `p`): the largest of
+// its fused set (q/k/v, gate/up), else its own.
+float set_amax(const Tiny& t, const std::string& p, const std::string& linear) {
+  auto amax = [&](const std::string& n) { return abs_max(t.w.at(p + n).data(), int64_t(t.w.at(p + n).size())); };
+  if (linear == "self_attn.q_proj" || linear == "self_attn.k_proj" || linear == "self_attn.v_proj")
+    return std::max({amax("self_attn.q_proj"), amax("self_attn.k_proj"), amax("self_attn.v_proj")});
+  if (linear == "mlp.gate_proj" || linear == "mlp.up_proj") return std::max(amax("mlp.gate_proj"), amax("mlp.up_proj"));
+  return amax(linear);
+}
+
 // W4A4 (NVFP4) options calibrated for the tiny model `t`.
 QuantizeOptions w4a4_options(const Tiny& t) {
   QuantizeOptions opt;
@@ -187,16 +198,10 @@ TEST(Quantize, CompressedTensorsW4A16) {
 
   for (int l = 0; l < 2; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    auto amax = [&](const std::string& n) { return abs_max(t.w.at(p + n).data(), int64_t(t.w.at(p + n).size())); };
-    const float qkv = std::max({amax("self_attn.q_proj"), amax("self_attn.k_proj"), amax("self_attn.v_proj")});
-    const float gu = std::max(amax("mlp.gate_proj"), amax("mlp.up_proj"));
     for (const char* n : kLinears) {
-      const std::string s(n), name = p + n;
+      const std::string name = p + n;
       const LinearWeights w = ck->load_linear(name);
-      const float set_amax = s.find("_proj") != std::string::npos && (s == "self_attn.q_proj" ||
-                             s == "self_attn.k_proj" || s == "self_attn.v_proj") ? qkv
-                             : (s == "mlp.gate_proj" || s == "mlp.up_proj") ? gu : amax(n);
-      const float gs = ct_global_enc(set_amax, DType::BF16);
+      const float gs = ct_global_enc(set_amax(t, p, n), DType::BF16);
       EXPECT_EQ(w.weight.global.enc, gs) << name;
       // The file holds exactly what format/quant.h's recipe produces for that global scale.
       const Nvfp4Matrix ref = ct_quantize(t.w.at(name).data(), w.weight.rows, w.weight.cols, DType::BF16, gs);
@@ -249,17 +254,12 @@ TEST(Quantize, ModelOptFusedSetsShareOneWeightScale2) {
   ASSERT_EQ(ck->format(), CheckpointFormat::ModelOpt);
   for (int l = 0; l < 2; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    auto amax = [&](const std::string& n) { return abs_max(t.w.at(p + n).data(), int64_t(t.w.at(p + n).size())); };
-    const float qkv = std::max({amax("self_attn.q_proj"), amax("self_attn.k_proj"), amax("self_attn.v_proj")});
-    const float gu = std::max(amax("mlp.gate_proj"), amax("mlp.up_proj"));
     for (const char* n : kLinears) {
-      const std::string s(n), name = p + n;
-      const bool in_qkv = s == "self_attn.q_proj" || s == "self_attn.k_proj" || s == "self_attn.v_proj";
-      const bool in_gu = s == "mlp.gate_proj" || s == "mlp.up_proj";
-      const float set_amax = in_qkv ? qkv : in_gu ? gu : amax(n);
+      const std::string name = p + n;
+      const float amax = set_amax(t, p, n);
       const LinearWeights w = ck->load_linear(name);
-      EXPECT_EQ(w.weight.global.dec, modelopt_global_dec(set_amax)) << name;
-      const Nvfp4Matrix ref = modelopt_quantize(t.w.at(name).data(), w.weight.rows, w.weight.cols, set_amax);
+      EXPECT_EQ(w.weight.global.dec, modelopt_global_dec(amax)) << name;
+      const Nvfp4Matrix ref = modelopt_quantize(t.w.at(name).data(), w.weight.rows, w.weight.cols, amax);
       EXPECT_EQ(w.weight.codes, ref.codes) << name;
       EXPECT_EQ(w.weight.scales, ref.scales) << name;
       expect_within_quant_bound(t.w.at(name), w.weight, name);
