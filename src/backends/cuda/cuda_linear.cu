@@ -39,7 +39,7 @@ namespace {
 
 constexpr int64_t kWeightChunkBytes = 64ll << 20;  // bound of the dequantized weight tile workspace
 // Grid rule of the fused kernel (set_fused_grid_rule's numbering; docs/PERF.md has the measurements).
-constexpr int kDefaultGridRule = 1;
+constexpr int kDefaultGridRule = 2;
 
 
 template <typename P>
@@ -249,25 +249,31 @@ class CudaLinearImpl final : public CudaLinear {
   void fused(detail::GemmParams& p, detail::Mode mode, cudaStream_t stream) const {
     const int nt = p.m <= 8 ? 1 : p.m <= 16 ? 2 : 4;
     const int64_t mblocks = ceil_div(p.m, 8 * nt);
-    const int64_t slots = 2 * static_cast<int64_t>(sms_);  // 2 blocks of 8 warps per SM (registers)
     const int rule = grid_rule_ < 0 ? kDefaultGridRule : grid_rule_;
+    // Block slots of the whole GPU for a kernel with nw weight tiles per warp (rules 0 and 1 counted 2 per
+    // SM for every kernel).
+    auto slots = [&](int nw) {
+      return (rule >= 2 ? detail::fused_blocks_per_sm(nt, nw) : 2) * static_cast<int64_t>(sms_);
+    };
     int max_wk = 8;
     while (max_wk > 1 && kc_ / max_wk < 2) max_wk /= 2;
     // Weight tiles per warp (they share the activation fragments, which are 2x the weight bytes per tile
-    // at nt = 1): rule 1 (M <= 16) keeps as many as still fill >= 90% of one wave of blocks with the
+    // at nt = 1): rules 1 and 2 (M <= 16) keep as many as still fill >= 90% of one wave of blocks with the
     // largest K split; rule 0 (the earlier one, and M > 16) halves them until >= 2 blocks per SM before
     // any K split.
     int nw = nt == 4 ? 2 : 4;
-    if (rule == 1 && nt <= 2) {
-      while (nw > 1 && 10 * mblocks * ceil_div(ceil_div(n16_, nw), 8 / max_wk) < 9 * slots) nw /= 2;
+    if (rule >= 1 && nt <= 2) {
+      while (nw > 1 && 10 * mblocks * ceil_div(ceil_div(n16_, nw), 8 / max_wk) < 9 * slots(nw)) nw /= 2;
     } else {
-      while (nw > 1 && mblocks * ceil_div(n16_, nw) < slots) nw /= 2;
+      while (nw > 1 && mblocks * ceil_div(n16_, nw) < slots(nw)) nw /= 2;
     }
-    // K split inside a block: the warps of a block that share a K range also share the activations in
-    // L1, so split K only as much as needed for >= 2 blocks per SM, and keep >= 2 chunks per warp.
+    // K split inside a block: rules 0 and 1 split only as much as needed for one wave (the warps of a
+    // block sharing a K range also share the activations in L1); rule 2 (M <= 16) always takes the
+    // largest split (>= 2 chunks per warp), whose many short blocks leave a smaller last wave.
     const int64_t groups = ceil_div(n16_, nw);
     int wk = 1;
-    while (wk < max_wk && mblocks * ceil_div(groups, 8 / wk) < slots) wk *= 2;
+    while (wk < max_wk && mblocks * ceil_div(groups, 8 / wk) < slots(nw)) wk *= 2;
+    if (rule >= 2 && nt <= 2) wk = max_wk;
     p.wk = wk;
     detail::launch_fused_gemm(p, act_, mode, nt, nw, stream);
   }

@@ -99,8 +99,8 @@ __device__ __forceinline__ uint32_t deq_pair(uint32_t q, uint32_t scale2, float 
   return as_u32(A::pack(__fmul_rn(A::to_f32(v, 0), scale_f), __fmul_rn(A::to_f32(v, 1), scale_f)));
 }
 
-// Accumulates chunks [c0, c1) of weight tiles tile0 .. tile0+kNW-1 (a missing tile re-reads the last one;
-// its outputs are never stored) for the token rows m0 + 8j + g (j < kNT; rows past M re-read row M-1) into
+// Accumulates chunks [c0, c1) of weight tiles tile0 .. tile0+kNW-1 (tiles past N16 are zero tiles whose
+// outputs are never stored) for the token rows m0 + 8j + g (j < kNT; rows past M re-read row M-1) into
 // acc. Two register stages: the loads of one are in flight while the other is computed.
 template <typename T, int kMode, int kNT, int kNW>
 __device__ __forceinline__ void accumulate(const GemmParams& p, int tile0, int64_t m0, int c0, int c1,
@@ -112,14 +112,13 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, int tile0, int64
   int64_t rows[kNT];
 #pragma unroll
   for (int j = 0; j < kNT; ++j) rows[j] = min(m0 + 8 * j + g, p.m - 1);
-  const uint4* wp[kNW];
-  const uint16_t* sp[kNW];
-#pragma unroll
-  for (int i = 0; i < kNW; ++i) {
-    const int tile = min(tile0 + i, p.n16 - 1);
-    wp[i] = p.wq + static_cast<int64_t>(tile) * p.kc * 32 + lane;
-    sp[i] = p.ws + static_cast<int64_t>(tile) * p.kc * 32 + lane;
-  }
+  // Tiles tile0 .. tile0+kNW-1 lie in one stored group (tile0 is a multiple of kNW, which divides 4), 32
+  // lanes apart; a chunk further is kTileGroup·32 lanes further. Tiles past N16 are stored zero tiles.
+  constexpr int kChunkStride = kTileGroup * 32;
+  static_assert(kTileGroup % kNW == 0, "a warp's tiles must lie in one stored group");
+  const int64_t block0 = fragment_block(tile0, c0, p.kc) * 32 + lane;
+  const uint4* wp = p.wq + block0;
+  const uint16_t* sp = p.ws + block0;
 
   struct Stage {
     uint4 wv[kU][kNW];
@@ -134,10 +133,11 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, int tile0, int64
     for (int u = 0; u < kU; ++u) {
       const int cu = c + u;
       const bool in = cu < c1;
+      const int64_t off = static_cast<int64_t>(cu - c0) * kChunkStride;
 #pragma unroll
       for (int i = 0; i < kNW; ++i) {
-        wv[u][i] = in ? ld_stream(wp[i] + static_cast<int64_t>(cu) * 32) : make_uint4(0, 0, 0, 0);
-        sv[u][i] = in ? sp[i][static_cast<int64_t>(cu) * 32] : 0u;
+        wv[u][i] = in ? ld_stream(wp + off + 32 * i) : make_uint4(0, 0, 0, 0);
+        sv[u][i] = in ? sp[off + 32 * i] : 0u;
       }
       const int k0 = cu * 64 + 16 * t;
       const bool kin = in && k0 < p.k;
@@ -260,7 +260,7 @@ __device__ __forceinline__ void store_tiles(const GemmParams& p, int tile0, int6
 // one of p.wk K ranges; the wk partial sums of a tile group are added in a fixed order (deterministic).
 // Grid: x = token tiles of 8·kNT (fastest, so blocks reading the same weights run together), y = tile groups.
 template <typename T, int kMode, int kNT, int kNW>
-__global__ void __launch_bounds__(256, 2) fused_gemm_kernel(const GemmParams p) {
+__global__ void __launch_bounds__(256, fused_blocks_per_sm(kNT, kNW)) fused_gemm_kernel(const GemmParams p) {
   __shared__ float red[8][kNW * kNT * 4][32];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int wk = p.wk, wn = warp / wk, kk = warp % wk;
@@ -375,8 +375,9 @@ __global__ void dequant_weight_kernel(const GemmParams p, bool vllm, int n0, int
   const int g = lane >> 2, t = lane & 3;
   const int k0 = c * 64 + 16 * t;
   if (k0 >= p.k) return;
-  const uint4 wv = p.wq[(static_cast<int64_t>(nt) * p.kc + c) * 32 + lane];
-  const uint32_t sv = p.ws[(static_cast<int64_t>(nt) * p.kc + c) * 32 + lane];
+  const int64_t at = fragment_block(nt, c, p.kc) * 32 + lane;
+  const uint4 wv = p.wq[at];
+  const uint32_t sv = p.ws[at];
   const uint32_t wq[4] = {wv.x, wv.y, wv.z, wv.w};
 #pragma unroll
   for (int h = 0; h < 2; ++h) {

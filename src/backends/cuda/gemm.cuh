@@ -30,6 +30,11 @@ struct GemmParams {
   int wk = 8;                       // warps of a block splitting K (1, 2, 4, 8); 8 / wk weight tiles per block
 };
 
+// Blocks of 8 warps per SM the fused kernel for token tiles of 8·nt and nw weight tiles per warp is
+// compiled to fit (its register budget: 80 registers for one token tile and one weight tile, 128 otherwise);
+// the host's grid rules count block slots with it.
+constexpr int fused_blocks_per_sm(int nt, int nw) { return nt == 1 && nw == 1 ? 3 : 2; }
+
 // Fused mixed-input GEMM, tokens in tiles of 8·nt (nt = 1, 2 or 4), nw = 1, 2 or 4 weight tiles per warp
 // (nt = 4 uses at most 2).
 void launch_fused_gemm(const GemmParams& p, DType act, Mode mode, int nt, int nw, cudaStream_t stream);

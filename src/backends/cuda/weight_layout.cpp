@@ -29,8 +29,8 @@ FragmentWeights make_fragment_weights(const Nvfp4Matrix& w) {
   f.k = w.cols;
   f.n16 = (w.rows + kTileN - 1) / kTileN;
   f.kc = (w.cols + kChunkK - 1) / kChunkK;
-  f.codes.assign(static_cast<size_t>(f.n16 * f.kc * 32 * 16), 0);
-  f.scales.assign(static_cast<size_t>(f.n16 * f.kc * 32 * 2), 0);
+  f.codes.assign(static_cast<size_t>(stored_tiles(f.n16) * f.kc * 32 * 16), 0);
+  f.scales.assign(static_cast<size_t>(stored_tiles(f.n16) * f.kc * 32 * 2), 0);
   const int64_t groups = w.cols / 16, row_bytes = w.cols / 2;
   // (lane, value) -> (row in tile, k in chunk, destination byte, shift), built once.
   struct Entry {
@@ -57,7 +57,7 @@ FragmentWeights make_fragment_weights(const Nvfp4Matrix& w) {
       const bool full = (nt + 1) * kTileN <= w.rows && (c + 1) * kChunkK <= w.cols;
       const int64_t n_base = nt * kTileN, k_base = c * kChunkK;
       for (int lane = 0; lane < 32; ++lane) {
-        const size_t base = static_cast<size_t>((nt * f.kc + c) * 32 + lane);
+        const size_t base = static_cast<size_t>(fragment_block(nt, c, f.kc) * 32 + lane);
         uint8_t* out = f.codes.data() + base * 16;
         const Entry* e = table.data() + lane * 32;
         for (int i = 0; i < 32; ++i) {
@@ -86,7 +86,7 @@ void unpack_fragment_weights(const FragmentWeights& f, std::vector<uint8_t>* cod
   for (int64_t nt = 0; nt < f.n16; ++nt)
     for (int64_t c = 0; c < f.kc; ++c)
       for (int lane = 0; lane < 32; ++lane) {
-        const size_t base = static_cast<size_t>((nt * f.kc + c) * 32 + lane);
+        const size_t base = static_cast<size_t>(fragment_block(nt, c, f.kc) * 32 + lane);
         const uint8_t* in = f.codes.data() + base * 16;
         for (int s = 0; s < 4; ++s)
           for (int p = 0; p < 4; ++p)

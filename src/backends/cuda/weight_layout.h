@@ -7,11 +7,14 @@
 // k = 16t + 4s + {0,1,2,3}: the A/B fragment columns {2t, 2t+1, 2t+8, 2t+9} are mapped to those K values
 // (the same permutation on both operands leaves the dot product unchanged).
 //
-// codes: [N16][KC][32 lanes] x 16 bytes (uint32 word s = step s). In word s the fragment register p
+// Tiles are stored in groups of kTileGroup = 4 (N16 rounded up to a multiple of 4, extra tiles zero), chunk by
+// chunk, so that the tiles a warp multiplies together sit 512 bytes apart and one address serves them all:
+// block (tile nt, chunk c) = fragment_block(nt, c, KC), each block 32 lanes.
+// codes: [N16/4][KC][4 tiles][32 lanes] x 16 bytes (uint32 word s = step s). In word s the fragment register p
 //   (p = 0: row g, k 4s+0/1; 1: row g+8, k 4s+0/1; 2: row g, k 4s+2/3; 3: row g+8, k 4s+2/3) keeps its
 //   first value in nibble slot 3-p and its second in slot 7-p (slot i = bits 4i..4i+3), so that
 //   `word << 4p` brings register p's two values to bits 12..15 / 28..31.
-// scales: [N16][KC][32 lanes] x 2 bytes: e4m3 of (row g, group 4c+t), (row g+8, group 4c+t).
+// scales: [N16/4][KC][4 tiles][32 lanes] x 2 bytes: e4m3 of (row g, group 4c+t), (row g+8, group 4c+t).
 // Padding (rows >= N, K >= in_features) is code 0 with scale 0.
 #pragma once
 #include <cstdint>
@@ -23,12 +26,20 @@ namespace nvfp4::cuda {
 
 constexpr int kChunkK = 64;   // K per chunk
 constexpr int kTileN = 16;    // weight rows per tile
+constexpr int kTileGroup = 4; // tiles stored together
+
+// Index of the 32-lane block of tile nt, chunk c (kc chunks per tile). constexpr: the kernels use it too.
+constexpr int64_t fragment_block(int64_t nt, int64_t c, int64_t kc) {
+  return ((nt / kTileGroup) * kc + c) * kTileGroup + nt % kTileGroup;
+}
+// Tiles stored (N16 rounded up to the tile group).
+constexpr int64_t stored_tiles(int64_t n16) { return (n16 + kTileGroup - 1) / kTileGroup * kTileGroup; }
 
 struct FragmentWeights {
   int64_t n = 0, k = 0;       // logical shape
   int64_t n16 = 0, kc = 0;    // tiles of 16 rows, chunks of 64 K
-  std::vector<uint8_t> codes;   // n16 * kc * 32 * 16
-  std::vector<uint8_t> scales;  // n16 * kc * 32 * 2
+  std::vector<uint8_t> codes;   // stored_tiles(n16) * kc * 32 * 16
+  std::vector<uint8_t> scales;  // stored_tiles(n16) * kc * 32 * 2
 };
 
 // Nibble slot of (step-local) fragment register p, value j (0 = first, 1 = second). constexpr so that the

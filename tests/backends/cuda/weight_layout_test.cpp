@@ -31,7 +31,9 @@ TEST(CudaWeightLayout, RoundTripsEveryShapeClass) {
     const FragmentWeights f = make_fragment_weights(m);
     EXPECT_EQ(f.n16, (s[0] + 15) / 16);
     EXPECT_EQ(f.kc, (s[1] + 63) / 64);
-    EXPECT_EQ(f.codes.size(), static_cast<size_t>(f.n16 * f.kc * 32 * 16));
+    const int64_t stored = (f.n16 + 3) / 4 * 4;  // tiles stored in groups of 4
+    EXPECT_EQ(f.codes.size(), static_cast<size_t>(stored * f.kc * 32 * 16));
+    EXPECT_EQ(f.scales.size(), static_cast<size_t>(stored * f.kc * 32 * 2));
     std::vector<uint8_t> codes, scales;
     unpack_fragment_weights(f, &codes, &scales);
     EXPECT_EQ(codes, m.codes) << s[0] << "x" << s[1];
@@ -63,6 +65,28 @@ TEST(CudaWeightLayout, FirstLaneHoldsItsFragmentValues) {
   const uint32_t w0 = f.codes[0] | (f.codes[1] << 8) | (f.codes[2] << 16) | (static_cast<uint32_t>(f.codes[3]) << 24);
   EXPECT_EQ((w0 >> 12) & 0xF, 0xAu);
   EXPECT_EQ((w0 >> 28) & 0xF, 0x5u);
+}
+
+TEST(CudaWeightLayout, TilesOfAGroupSitSideBySidePerChunk) {
+  // 80 rows (5 tiles: one full group of 4, one group holding tile 4 and three zero tiles) x 128 K (2 chunks).
+  Nvfp4Matrix m;
+  m.resize(80, 128);
+  m.codes[static_cast<size_t>(16 * 64 + 32)] = 0x0B;  // row 16 (tile 1, row 0), k 64 (chunk 1, k 0)
+  m.codes[static_cast<size_t>(64 * 64 + 32)] = 0x0C;  // row 64 (tile 4, row 0), k 64 (chunk 1, k 0)
+  const FragmentWeights f = make_fragment_weights(m);
+  ASSERT_EQ(f.codes.size(), static_cast<size_t>(8 * 2 * 32 * 16));
+  auto word0 = [&](int64_t block) {
+    const uint8_t* b = f.codes.data() + block * 32 * 16;  // lane 0
+    return b[0] | (b[1] << 8) | (b[2] << 16) | (static_cast<uint32_t>(b[3]) << 24);
+  };
+  // Group 0, chunk 1, tile 1 is block (0·2 + 1)·4 + 1 = 5; group 1, chunk 1, tile 0 is block (1·2 + 1)·4 = 12.
+  EXPECT_EQ(fragment_block(1, 1, 2), 5);
+  EXPECT_EQ(fragment_block(4, 1, 2), 12);
+  EXPECT_EQ((word0(5) >> 12) & 0xF, 0xBu);
+  EXPECT_EQ((word0(12) >> 12) & 0xF, 0xCu);
+  size_t nonzero = 0;
+  for (uint8_t b : f.codes) nonzero += b != 0;
+  EXPECT_EQ(nonzero, 2u);
 }
 
 TEST(CudaWeightLayout, RejectsKNotMultipleOf16) {
