@@ -204,29 +204,19 @@ class CudaLinearImpl final : public CudaLinear {
       if (large) return run_large(static_cast<const uint8_t*>(x), m, y, w_dec_, false, stream);
       p.x = x;
       p.out_scale = w_dec_ * shift;
-      return fused(p, detail::Mode::W4A16, stream);
+      return fused(p, detail::Mode::Exact, stream);
     }
+    // W4A4: the activations are quantized and written back dequantized (exact e2m1·sx, or vLLM's
+    // T(e2m1·f32(sx/gs_x))), so both paths multiply T operands equal to the ones the semantics defines.
     const bool vllm = sem_ == Semantics::W4A4_VLLM;
-    const size_t codes_bytes = static_cast<size_t>(m * (k_ / 2));
-    const size_t scale_bytes = static_cast<size_t>(m * (k_ / 16));
-    const size_t deq_bytes = large ? static_cast<size_t>(m * k_ * 2) : 0;
-    StreamBuf buf(codes_bytes + scale_bytes + deq_bytes + 64, stream);
-    uint8_t* ws = buf.get();
-    uint8_t* codes = ws;
-    uint8_t* scales = ws + codes_bytes;
-    detail::launch_quantize(x, act_, m, k_, x_enc_, codes, scales, ScaleLayout::Linear,
-                            large ? detail::CodeOrder::Linear : detail::CodeOrder::Fragment, stream);
+    StreamBuf deq(static_cast<size_t>(m * k_ * 2), stream);
+    detail::launch_quantize_dequant(x, act_, m, k_, x_enc_, vllm, deq.get(), stream);
     // alpha = f32(D_x · D_w) (native); the vLLM flavour has no output factor.
     const float alpha = vllm ? 1.0f : x_dec_ * w_dec_;
-    if (large) {
-      uint8_t* deq = ws + ((codes_bytes + scale_bytes + 15) / 16) * 16;
-      detail::launch_dequant_act(codes, scales, m, static_cast<int>(k_), act_, vllm, x_enc_, deq, stream);
-      return run_large(deq, m, y, alpha, vllm, stream);
-    }
-    p.x = codes;
-    p.xs = scales;
-    p.out_scale = vllm ? 1.0f : alpha * shift * shift;
-    fused(p, vllm ? detail::Mode::W4A4_VLLM : detail::Mode::W4A4, stream);
+    if (large) return run_large(deq.get(), m, y, alpha, vllm, stream);
+    p.x = deq.get();
+    p.out_scale = vllm ? 1.0f : alpha * shift;
+    fused(p, vllm ? detail::Mode::Vllm : detail::Mode::Exact, stream);
   }
 
  private:
@@ -242,7 +232,6 @@ class CudaLinearImpl final : public CudaLinear {
     p.n16 = static_cast<int>(n16_);
     p.kc = static_cast<int>(kc_);
     p.w_dec = w_dec_;
-    p.x_gs = x_enc_;
     return p;
   }
 
@@ -347,10 +336,10 @@ void set_weight_tile_rows(CudaLinear& l, int rows) { dynamic_cast<CudaLinearImpl
 
 // Largest M on the fused kernel; above it, dequantized weight tiles + cuBLAS (docs/PERF.md, crossover).
 int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k) {
-  // Crossovers measured on H200 with bench_gemm (docs/PERF.md): the fused kernel wins up to M = 64 on
-  // small layers and up to 96-128 on large ones for w4a16; the W4A4 flavours quantize the activations
-  // first and lose earlier on N = 4096 layers.
-  if (s == Semantics::W4A16) {
+  // Crossovers measured on H200 with bench_gemm (docs/PERF.md): the exact-weight kernel (w4a16, and w4a4
+  // on its dequantized activations) wins up to M = 64 on small layers and up to 96-128 on large ones; the
+  // vLLM flavour rounds every weight in f32 and loses earlier on N = 4096 layers.
+  if (s != Semantics::W4A4_VLLM) {
     const int64_t nk = n * k;
     return nk < (48ll << 20) ? 64 : nk < (200ll << 20) ? 96 : 128;
   }

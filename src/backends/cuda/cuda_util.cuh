@@ -37,6 +37,12 @@ __device__ __forceinline__ uint32_t e4m3_from_f32_pos(float x) {
 
 // E2M1 encoding: e2m1_encode_bits (dequant_bits.h, checked on the host for every f32).
 
+// E2M1 code (low 4 bits) -> f32, exact.
+__device__ __forceinline__ float e2m1_to_f32(uint32_t code) {
+  const float m = static_cast<float>((0xC8643210u >> (4 * (code & 7))) & 0xF) * 0.5f;
+  return (code & 8) ? -m : m;
+}
+
 // ---- 16-bit activation types -----------------------------------------------------------------------
 template <typename T> struct Act;
 template <> struct Act<__nv_bfloat16> {

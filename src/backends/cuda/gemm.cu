@@ -1,11 +1,12 @@
 // Fused mixed-input GEMM for NVFP4 weights (SPEC §5), tensor cores via mma.sync m16n8k16 (sm_80+),
-// fp32 accumulation. Weights stay FP4 in memory (weight_layout.h's fragment order) and are dequantized in
+// fp32 accumulation. Activations are T (for W4A4, the quantizer's exact or vLLM-rounded dequantized values,
+// quantize.cuh); weights stay FP4 in memory (weight_layout.h's fragment order) and are dequantized in
 // registers:
-//   exact modes (w4a16, w4a4): the nibble is moved into the exponent/mantissa bits of T (value e2m1·2^-b)
+//   Mode::Exact (w4a16, w4a4): the nibble is moved into the exponent/mantissa bits of T (value e2m1·2^-b)
 //     and multiplied by a T register holding S·2^(b-c); the product e2m1·S·2^-c is exact in T (<= 6
 //     significant bits, no overflow, subnormals exact), and 2^c (c = 8 bf16, 7 f16) is folded into the f32
 //     output factor, which is exact because it is a power of two.
-//   vLLM flavour: T( e2m1 · f32(scale) ) computed in f32 and rounded to T, per element.
+//   Mode::Vllm (w4a4-vllm): T( e2m1 · f32(scale) ) computed in f32 and rounded to T, per element.
 #include <algorithm>
 #include <type_traits>
 
@@ -43,14 +44,6 @@ __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(p));
   return v;
-}
-
-// Scale register for the exact modes: S · 2^kScaleShift broadcast to both halves (exact in T).
-template <typename T>
-__device__ __forceinline__ uint32_t exact_scale2(uint32_t s8) {
-  using A = Act<T>;
-  const float f = __fmul_rn(e4m3_to_f32(s8), __uint_as_float(static_cast<uint32_t>(127 + A::kScaleShift) << 23));
-  return as_u32(A::pack(f, f));
 }
 
 // prmt.b32 in its generic mode: each selector nibble picks a byte (bits 0-2) of {b, a} and, with bit 3 set,
@@ -105,8 +98,7 @@ __device__ __forceinline__ uint32_t deq_pair(uint32_t q, uint32_t scale2, float 
 template <typename T, int kMode, int kNT, int kNW>
 __device__ __forceinline__ void accumulate(const GemmParams& p, int tile0, int64_t m0, int c0, int c1,
                                            float (&acc)[kNW][kNT][4]) {
-  constexpr bool kVllm = kMode == static_cast<int>(Mode::W4A4_VLLM);
-  constexpr bool kActQ = kMode != static_cast<int>(Mode::W4A16);
+  constexpr bool kVllm = kMode == static_cast<int>(Mode::Vllm);
   constexpr int kU = kNW * kNT <= 2 ? 2 : 1;  // chunks per register stage (two stages in flight)
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   int64_t rows[kNT];
@@ -123,7 +115,7 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, int tile0, int64
   struct Stage {
     uint4 wv[kU][kNW];
     uint32_t sv[kU][kNW];
-    uint4 xv[kU][kNT][kActQ ? 1 : 2];  // W4A4: .x/.y codes, .z scale byte
+    uint4 xv[kU][kNT][2];  // the lane's 16 activations of token row j
   };
   auto load = [&](Stage& st, int c) {
     auto& wv = st.wv;
@@ -143,16 +135,9 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, int tile0, int64
       const bool kin = in && k0 < p.k;
 #pragma unroll
       for (int j = 0; j < kNT; ++j) {
-        if (!kActQ) {
-          const uint4* xp = reinterpret_cast<const uint4*>(static_cast<const T*>(p.x) + rows[j] * p.k + k0);
-          xv[u][j][0] = kin ? xp[0] : make_uint4(0, 0, 0, 0);
-          xv[u][j][kActQ ? 0 : 1] = kin ? xp[1] : make_uint4(0, 0, 0, 0);
-        } else {
-          const uint8_t* cp = static_cast<const uint8_t*>(p.x) + rows[j] * (p.k / 2) + k0 / 2;
-          const uint2 cv = kin ? *reinterpret_cast<const uint2*>(cp) : make_uint2(0, 0);
-          const uint32_t s = kin ? p.xs[rows[j] * (p.k / 16) + k0 / 16] : 0u;
-          xv[u][j][0] = make_uint4(cv.x, cv.y, s, 0);
-        }
+        const uint4* xp = reinterpret_cast<const uint4*>(static_cast<const T*>(p.x) + rows[j] * p.k + k0);
+        xv[u][j][0] = kin ? xp[0] : make_uint4(0, 0, 0, 0);
+        xv[u][j][1] = kin ? xp[1] : make_uint4(0, 0, 0, 0);
       }
     }
   };
@@ -163,21 +148,6 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, int tile0, int64
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       if (c + u >= c1) break;
-      // activation scales (W4A4 flavours; NaN scales of NaN inputs must stay NaN: f32 conversion)
-      uint32_t xs2[kNT];
-      float xsf[kNT];
-#pragma unroll
-      for (int j = 0; j < kNT; ++j) {
-        xs2[j] = 0;
-        xsf[j] = 0.f;
-        if (kActQ) {
-          const uint32_t s8 = xv[u][j][0].z;
-          if (kVllm)
-            xsf[j] = __fdiv_rn(e4m3_to_f32(s8), p.x_gs);
-          else
-            xs2[j] = exact_scale2<T>(s8);
-        }
-      }
       // weight scales of rows g and g+8 of each tile
       uint32_t ws2[kNW][2];
       float wsf[kNW][2];
@@ -199,18 +169,11 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, int tile0, int64
         uint32_t b[kNT][2];
 #pragma unroll
         for (int j = 0; j < kNT; ++j) {
-          if (!kActQ) {
-            const uint4& lo = xv[u][j][0];
-            const uint4& hi = xv[u][j][kActQ ? 0 : 1];
-            const uint32_t w8[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-            b[j][0] = w8[2 * s];
-            b[j][1] = w8[2 * s + 1];
-          } else {
-            const uint32_t word = (s < 2) ? xv[u][j][0].x : xv[u][j][0].y;
-            const int p0 = 2 * (s % 2);
-            b[j][0] = deq_pair<T, kVllm>(word << (4 * p0), xs2[j], xsf[j]);
-            b[j][1] = deq_pair<T, kVllm>(word << (4 * (p0 + 1)), xs2[j], xsf[j]);
-          }
+          const uint4& lo = xv[u][j][0];
+          const uint4& hi = xv[u][j][1];
+          const uint32_t w8[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+          b[j][0] = w8[2 * s];
+          b[j][1] = w8[2 * s + 1];
         }
 #pragma unroll
         for (int i = 0; i < kNW; ++i) {
@@ -344,22 +307,10 @@ void launch_mode(const GemmParams& p, int nt, int nw, cudaStream_t stream) {
 
 template <typename T>
 void launch_t(const GemmParams& p, Mode mode, int nt, int nw, cudaStream_t stream) {
-  switch (mode) {
-    case Mode::W4A16:
-      launch_mode<T, 0>(p, nt, nw, stream);
-      break;
-    case Mode::W4A4:
-      launch_mode<T, 1>(p, nt, nw, stream);
-      break;
-    case Mode::W4A4_VLLM:
-      launch_mode<T, 2>(p, nt, nw, stream);
-      break;
-  }
-}
-
-__device__ __forceinline__ float e2m1_to_f32(uint32_t code) {
-  const float m = static_cast<float>((0xC8643210u >> (4 * (code & 7))) & 0xF) * 0.5f;
-  return (code & 8) ? -m : m;
+  if (mode == Mode::Exact)
+    launch_mode<T, 0>(p, nt, nw, stream);
+  else
+    launch_mode<T, 1>(p, nt, nw, stream);
 }
 
 // One thread per (tile, chunk, lane): rows g and g+8, 16 K values each.
@@ -404,25 +355,6 @@ __global__ void dequant_weight_kernel(const GemmParams p, bool vllm, int n0, int
 }
 
 template <typename T>
-__global__ void dequant_act_kernel(const uint8_t* __restrict__ codes, const uint8_t* __restrict__ scales, int64_t m,
-                                   int k, bool vllm, float gs, T* __restrict__ out) {
-  using A = Act<T>;
-  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int groups = k / 16;
-  if (idx >= m * groups) return;
-  const float s = e4m3_to_f32(scales[idx]);
-  const float sc = vllm ? __fdiv_rn(s, gs) : s;
-  const uint2 cv = reinterpret_cast<const uint2*>(codes)[idx];
-  const uint32_t w[2] = {cv.x, cv.y};
-  alignas(16) T vals[16];
-#pragma unroll
-  for (int i = 0; i < 16; ++i) vals[i] = A::one(__fmul_rn(e2m1_to_f32((w[i / 8] >> (4 * (i % 8))) & 0xF), sc));
-  uint4* dst = reinterpret_cast<uint4*>(out + idx * 16);
-  dst[0] = reinterpret_cast<const uint4*>(vals)[0];
-  dst[1] = reinterpret_cast<const uint4*>(vals)[1];
-}
-
-template <typename T>
 __global__ void add_bias_kernel(T* __restrict__ y, const float* __restrict__ bias, int64_t m, int n) {
   using A = Act<T>;
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -449,17 +381,6 @@ void launch_dequant_weight(const GemmParams& p, DType act, bool vllm, int n0, in
         <<<blocks, 256, 0, stream>>>(p, vllm, n0, rows, static_cast<__nv_bfloat16*>(out));
   else
     dequant_weight_kernel<__half><<<blocks, 256, 0, stream>>>(p, vllm, n0, rows, static_cast<__half*>(out));
-  NVFP4_CUDA_CHECK(cudaGetLastError());
-}
-
-void launch_dequant_act(const uint8_t* codes, const uint8_t* scales, int64_t m, int k, DType act, bool vllm, float gs,
-                        void* out, cudaStream_t stream) {
-  const unsigned blocks = static_cast<unsigned>(ceil_div(m * (k / 16), 256));
-  if (act == DType::BF16)
-    dequant_act_kernel<__nv_bfloat16>
-        <<<blocks, 256, 0, stream>>>(codes, scales, m, k, vllm, gs, static_cast<__nv_bfloat16*>(out));
-  else
-    dequant_act_kernel<__half><<<blocks, 256, 0, stream>>>(codes, scales, m, k, vllm, gs, static_cast<__half*>(out));
   NVFP4_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -8,17 +8,16 @@
 
 namespace nvfp4::cuda::detail {
 
+// How the fused kernel dequantizes the weights (activations are T in both).
 enum class Mode : int {
-  W4A16 = 0,     // x is (m, K) T; weights e2m1·S exact
-  W4A4 = 1,      // x is fragment-order codes (m, K/2) + linear scales (m, K/16); both operands exact
-  W4A4_VLLM = 2, // same inputs; both operands rounded to T after an f32 scale product
+  Exact = 0,  // e2m1·S, exact in T (w4a16, w4a4)
+  Vllm = 1,   // T(e2m1 · f32(S·D_w)) (w4a4-vllm)
 };
 
 struct GemmParams {
   const uint4* wq = nullptr;        // FragmentWeights::codes on device
   const uint16_t* ws = nullptr;     // FragmentWeights::scales on device (2 bytes per lane and chunk)
-  const void* x = nullptr;          // W4A16: (m, K) T; W4A4*: codes (m, K/2)
-  const uint8_t* xs = nullptr;      // W4A4*: scales (m, K/16)
+  const void* x = nullptr;          // (m, K) T
   void* y = nullptr;                // (m, N) T
   const float* bias = nullptr;      // (N,) values of T, or null
   int64_t m = 0;
@@ -26,7 +25,6 @@ struct GemmParams {
   int n16 = 0, kc = 0;              // tiles of 16 rows, chunks of 64 K
   float out_scale = 1.0f;           // f32 factor applied to the accumulator before rounding to T
   float w_dec = 1.0f;               // vLLM flavour: D_w
-  float x_gs = 1.0f;                // vLLM flavour: gs_x (activation scale = f32(sx / gs_x))
   int wk = 8;                       // warps of a block splitting K (1, 2, 4, 8); 8 / wk weight tiles per block
 };
 
@@ -43,10 +41,6 @@ void launch_fused_gemm(const GemmParams& p, DType act, Mode mode, int nt, int nw
 //   exact modes: e2m1·S;  vLLM: T(e2m1 · f32(S·w_dec)).
 void launch_dequant_weight(const GemmParams& p, DType act, bool vllm, int n0, int rows, void* out,
                            cudaStream_t stream);
-// Dequantize linear-order activation codes (m, K/2) + scales (m, K/16) to T: exact e2m1·sx, or
-// vLLM: T(e2m1 · f32(sx / gs)).
-void launch_dequant_act(const uint8_t* codes, const uint8_t* scales, int64_t m, int k, DType act, bool vllm,
-                        float gs, void* out, cudaStream_t stream);
 // y (m, N) T: y = T(y + bias) in place.
 void launch_add_bias(void* y, const float* bias, int64_t m, int n, DType act, cudaStream_t stream);
 

@@ -3,14 +3,12 @@
 // divisions, and E2M1/E4M3 rounding is done in software (sm_90 has no FP4 convert instruction).
 #include "backends/cuda/cuda_util.cuh"
 #include "backends/cuda/quantize.cuh"
-#include "backends/cuda/weight_layout.h"
 
 namespace nvfp4::cuda::detail {
 namespace {
 
-// Quantizes one group of 16 values: returns the E4M3 scale byte and the two code words (linear nibble order,
-// or weight_layout.h's fragment order for the fused W4A4 path).
-template <typename T, bool kFragment>
+// Quantizes one group of 16 values: returns the E4M3 scale byte and the two code words (linear nibble order).
+template <typename T>
 __device__ __forceinline__ uint32_t quantize_group(const uint4 (&raw)[2], float gs, float inv_gs, uint32_t (&w)[2]) {
   using A = Act<T>;
   const typename A::T2* v2 = reinterpret_cast<const typename A::T2*>(raw);
@@ -31,19 +29,15 @@ __device__ __forceinline__ uint32_t quantize_group(const uint4 (&raw)[2], float 
   w[1] = 0;
 #pragma unroll
   for (int i = 0; i < 16; ++i) {
-    const uint32_t c = e2m1_encode_bits(__fmul_rn(v[i], os));
-    if (kFragment)
-      w[activation_word(i)] |= c << (4 * activation_slot(i));
-    else
-      w[i / 8] |= c << (4 * (i % 8));
+    w[i / 8] |= e2m1_encode_bits(__fmul_rn(v[i], os)) << (4 * (i % 8));
   }
   return s8;
 }
 
-// Linear scales (codes in linear or fragment order): each thread quantizes kG consecutive groups of the
+// Linear scales: each thread quantizes kG consecutive groups of the
 // flattened (m·k/16) group sequence (x, codes and scales are all contiguous in it), loading all 2·kG
 // 16-byte vectors before the arithmetic.
-template <typename T, bool kFragment, int kG>
+template <typename T, int kG>
 __global__ void __launch_bounds__(256) quantize_linear_kernel(const T* __restrict__ x, int64_t total, float gs,
                                                               float inv_gs, uint8_t* __restrict__ codes,
                                                               uint8_t* __restrict__ scales, bool wide) {
@@ -59,7 +53,7 @@ __global__ void __launch_bounds__(256) quantize_linear_kernel(const T* __restric
     }
     uint32_t w[kG][2], s8[kG];
 #pragma unroll
-    for (int gi = 0; gi < kG; ++gi) s8[gi] = quantize_group<T, kFragment>(raw[gi], gs, inv_gs, w[gi]);
+    for (int gi = 0; gi < kG; ++gi) s8[gi] = quantize_group<T>(raw[gi], gs, inv_gs, w[gi]);
     static_assert(kG == 2, "wide stores assume two groups per thread");
     *reinterpret_cast<uint4*>(codes + g0 * 8) = make_uint4(w[0][0], w[0][1], w[1][0], w[1][1]);
     *reinterpret_cast<uint16_t*>(scales + g0) = static_cast<uint16_t>(s8[0] | (s8[1] << 8));
@@ -68,7 +62,7 @@ __global__ void __launch_bounds__(256) quantize_linear_kernel(const T* __restric
   for (int gi = 0; gi < kG && g0 + gi < total; ++gi) {  // tail, or unaligned outputs
     const uint4 raw[2] = {src[2 * gi], src[2 * gi + 1]};
     uint32_t w[2];
-    const uint32_t s8 = quantize_group<T, kFragment>(raw, gs, inv_gs, w);
+    const uint32_t s8 = quantize_group<T>(raw, gs, inv_gs, w);
     *reinterpret_cast<uint2*>(codes + (g0 + gi) * 8) = make_uint2(w[0], w[1]);
     scales[g0 + gi] = static_cast<uint8_t>(s8);
   }
@@ -108,21 +102,55 @@ __global__ void __launch_bounds__(256) quantize_swizzled_kernel(const T* __restr
     uint32_t s8 = 0;
     if (in[gi]) {
       uint32_t w[2];
-      s8 = quantize_group<T, false>(raw[gi], gs, inv_gs, w);
+      s8 = quantize_group<T>(raw[gi], gs, inv_gs, w);
       *reinterpret_cast<uint2*>(codes + r * (k / 2) + (c0 + gi) * 8) = make_uint2(w[0], w[1]);
     }
     scales[swizzled_offset(r, c0 + gi, cols_p)] = static_cast<uint8_t>(s8);
   }
 }
 
+// Quantize-dequantize for the W4A4 GEMMs: each thread quantizes kG consecutive groups of the flattened group
+// sequence exactly as above and writes their dequantized values in T, (m, k) row-major:
+//   exact (w4a4): e2m1 · sx, exact in T (<= 6 significant bits, |v| <= 2688, >= 2^-10);
+//   vLLM flavour: T(e2m1 · f32(sx / gs)).
+template <typename T, bool kVllm, int kG>
+__global__ void __launch_bounds__(256) quantize_dequant_kernel(const T* __restrict__ x, int64_t total, float gs,
+                                                               float inv_gs, T* __restrict__ out) {
+  using A = Act<T>;
+  const int64_t g0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kG;
+  if (g0 >= total) return;
+  const uint4* src = reinterpret_cast<const uint4*>(x) + g0 * 2;
+  uint4 raw[kG][2];
+#pragma unroll
+  for (int gi = 0; gi < kG; ++gi)
+    if (g0 + gi < total) {
+      raw[gi][0] = src[2 * gi];
+      raw[gi][1] = src[2 * gi + 1];
+    }
+#pragma unroll
+  for (int gi = 0; gi < kG; ++gi) {
+    if (g0 + gi >= total) break;
+    uint32_t w[2];
+    const uint32_t s8 = quantize_group<T>(raw[gi], gs, inv_gs, w);
+    const float s = e4m3_to_f32(s8);
+    const float sc = kVllm ? __fdiv_rn(s, gs) : s;
+    alignas(16) T vals[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) vals[i] = A::one(__fmul_rn(e2m1_to_f32(w[i / 8] >> (4 * (i % 8))), sc));
+    uint4* dst = reinterpret_cast<uint4*>(out + (g0 + gi) * 16);
+    dst[0] = reinterpret_cast<const uint4*>(vals)[0];
+    dst[1] = reinterpret_cast<const uint4*>(vals)[1];
+  }
+}
+
 template <typename T>
 void launch_t(const void* x, int64_t m, int64_t k, float gs, uint8_t* codes, uint8_t* scales, ScaleLayout layout,
-              CodeOrder order, cudaStream_t stream) {
+              cudaStream_t stream) {
   const float inv_gs = 1.0f / gs;
   const int64_t groups = k / 16;
   const int threads = 256;
   const T* xt = static_cast<const T*>(x);
-  if (layout == ScaleLayout::Swizzled128x4 && order == CodeOrder::Linear) {
+  if (layout == ScaleLayout::Swizzled128x4) {
     const int64_t rows_p = swizzled_rows(m), cols_p = swizzled_cols(groups);
     const unsigned blocks = static_cast<unsigned>(ceil_div(rows_p * (cols_p / 2), threads));
     quantize_swizzled_kernel<T><<<blocks, threads, 0, stream>>>(xt, m, k, gs, inv_gs, codes, scales, rows_p, cols_p);
@@ -131,10 +159,7 @@ void launch_t(const void* x, int64_t m, int64_t k, float gs, uint8_t* codes, uin
     const int64_t total = m * groups;
     const bool wide = reinterpret_cast<uintptr_t>(codes) % 16 == 0 && reinterpret_cast<uintptr_t>(scales) % 2 == 0;
     const unsigned blocks = static_cast<unsigned>(ceil_div(ceil_div(total, kG), threads));
-    if (order == CodeOrder::Fragment)
-      quantize_linear_kernel<T, true, kG><<<blocks, threads, 0, stream>>>(xt, total, gs, inv_gs, codes, scales, wide);
-    else
-      quantize_linear_kernel<T, false, kG><<<blocks, threads, 0, stream>>>(xt, total, gs, inv_gs, codes, scales, wide);
+    quantize_linear_kernel<T, kG><<<blocks, threads, 0, stream>>>(xt, total, gs, inv_gs, codes, scales, wide);
   }
   NVFP4_CUDA_CHECK(cudaGetLastError());
 }
@@ -142,9 +167,33 @@ void launch_t(const void* x, int64_t m, int64_t k, float gs, uint8_t* codes, uin
 }  // namespace
 
 void launch_quantize(const void* x, DType act, int64_t m, int64_t k, float gs_enc, uint8_t* codes,
-                     uint8_t* scales, ScaleLayout layout, CodeOrder order, cudaStream_t stream) {
-  if (act == DType::BF16) launch_t<__nv_bfloat16>(x, m, k, gs_enc, codes, scales, layout, order, stream);
-  else launch_t<__half>(x, m, k, gs_enc, codes, scales, layout, order, stream);
+                     uint8_t* scales, ScaleLayout layout, cudaStream_t stream) {
+  if (act == DType::BF16) launch_t<__nv_bfloat16>(x, m, k, gs_enc, codes, scales, layout, stream);
+  else launch_t<__half>(x, m, k, gs_enc, codes, scales, layout, stream);
+}
+
+void launch_quantize_dequant(const void* x, DType act, int64_t m, int64_t k, float gs_enc, bool vllm, void* out,
+                             cudaStream_t stream) {
+  constexpr int kG = 2, threads = 256;
+  const int64_t total = m * (k / 16);
+  const unsigned blocks = static_cast<unsigned>(ceil_div(ceil_div(total, kG), threads));
+  const float inv_gs = 1.0f / gs_enc;
+  if (act == DType::BF16) {
+    auto* xt = static_cast<const __nv_bfloat16*>(x);
+    auto* o = static_cast<__nv_bfloat16*>(out);
+    if (vllm)
+      quantize_dequant_kernel<__nv_bfloat16, true, kG><<<blocks, threads, 0, stream>>>(xt, total, gs_enc, inv_gs, o);
+    else
+      quantize_dequant_kernel<__nv_bfloat16, false, kG><<<blocks, threads, 0, stream>>>(xt, total, gs_enc, inv_gs, o);
+  } else {
+    auto* xt = static_cast<const __half*>(x);
+    auto* o = static_cast<__half*>(out);
+    if (vllm)
+      quantize_dequant_kernel<__half, true, kG><<<blocks, threads, 0, stream>>>(xt, total, gs_enc, inv_gs, o);
+    else
+      quantize_dequant_kernel<__half, false, kG><<<blocks, threads, 0, stream>>>(xt, total, gs_enc, inv_gs, o);
+  }
+  NVFP4_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace nvfp4::cuda::detail
@@ -166,8 +215,7 @@ void quantize_activations(const void* x, DType act, int64_t m, int64_t k, float 
   NVFP4_CHECK(x && codes && scales, "cuda quantize_activations: null pointer argument");
   NVFP4_CHECK(reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(codes) % 8 == 0,
               "cuda quantize_activations: x must be 16-byte and codes 8-byte aligned");
-  detail::launch_quantize(x, act, m, k, gs_enc, codes, scales, layout, detail::CodeOrder::Linear,
-                          static_cast<cudaStream_t>(stream));
+  detail::launch_quantize(x, act, m, k, gs_enc, codes, scales, layout, static_cast<cudaStream_t>(stream));
 }
 
 }  // namespace nvfp4::cuda

@@ -1,5 +1,5 @@
-// Device side of the run-time activation quantizer (SPEC §4), shared by the public launcher and the fused
-// W4A4 path (which asks for the kernel-private nibble order of weight_layout.h).
+// Device side of the run-time activation quantizer (SPEC §4): the public launcher's, and the W4A4 GEMM paths'
+// quantize-dequantize.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -9,10 +9,13 @@
 
 namespace nvfp4::cuda::detail {
 
-enum class CodeOrder { Linear, Fragment };
-
 // x: (m, k) T; codes (m, k/2); scales: linear (m, k/16) or swizzled. gs_enc > 0 finite (checked by caller).
 void launch_quantize(const void* x, DType act, int64_t m, int64_t k, float gs_enc, uint8_t* codes,
-                     uint8_t* scales, ScaleLayout layout, CodeOrder order, cudaStream_t stream);
+                     uint8_t* scales, ScaleLayout layout, cudaStream_t stream);
+
+// x: (m, k) T, 16-byte aligned; out: (m, k) T, 16-byte aligned. Quantizes x as launch_quantize does and
+// writes the dequantized values: e2m1 · sx (exact in T; w4a4), or T(e2m1 · f32(sx / gs_enc)) when vllm.
+void launch_quantize_dequant(const void* x, DType act, int64_t m, int64_t k, float gs_enc, bool vllm, void* out,
+                             cudaStream_t stream);
 
 }  // namespace nvfp4::cuda::detail

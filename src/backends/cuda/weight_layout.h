@@ -51,10 +51,4 @@ FragmentWeights make_fragment_weights(const Nvfp4Matrix& w);
 // Inverse: linear codes and scales of the logical (n, k) matrix.
 void unpack_fragment_weights(const FragmentWeights& f, std::vector<uint8_t>* codes, std::vector<uint8_t>* scales);
 
-// The same order for a group of 16 activation codes (8 bytes, two 32-bit words), written by the quantizer for
-// the fused W4A4 path: value i (i = 4s + 2r + j: MMA step s, B register r, first/second value j) lives in
-// word s/2 at nibble slot fragment_slot(2·(s%2) + r, j), so the kernel extracts it like a weight register.
-constexpr int activation_word(int i) { return i / 8; }
-constexpr int activation_slot(int i) { return fragment_slot(2 * ((i / 4) % 2) + (i % 4) / 2, i % 2); }
-
 }  // namespace nvfp4::cuda

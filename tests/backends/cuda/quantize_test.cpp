@@ -1,8 +1,10 @@
 // The CUDA activation quantizer is bit-exact with format/quant.h's CPU quantize_activations (SPEC §4), in
-// both scale layouts, and writes the swizzled padding as zeros.
+// both scale layouts, and writes the swizzled padding as zeros; its quantize-dequantize (the W4A4 GEMMs'
+// input) writes exactly the CPU executor's dequantized activations.
 #include <gtest/gtest.h>
 
 #include "backends/cuda/cuda_linear.h"
+#include "backends/cuda/quantize.cuh"
 #include "common/error.h"
 #include "cuda_test_util.h"
 #include "format/swizzle.h"
@@ -100,6 +102,55 @@ TEST(CudaQuantize, TiesAndTinyGroups) {
     for (float e : ends) x.push_back(to_bits16(DType::F16, e * std::ldexp(1.0f, r % 8 - 4)));
   for (DType t : {DType::F16}) {
     for (float gs : {448.0f, 1.0f, 3.0f, 1000.0f}) check_layouts(t, x, 64, 16, gs);
+  }
+}
+
+// Quantize-dequantize against the CPU quantizer's codes and scales, dequantized as the CPU executor does
+// (backends/cpu/linear.cpp): w4a4 e2m1·sx (exact), w4a4-vllm T(e2m1·f32(sx/gs)). Every output bit-equal.
+void check_dequant(DType t, const std::vector<uint16_t>& x, int64_t m, int64_t k, float gs) {
+  const CpuQuant ref = cpu_quantize(t, x, m, k, gs);
+  DeviceBytes dx(x.size() * 2), dy(x.size() * 2);
+  dx.upload(x.data(), x.size() * 2);
+  for (bool vllm : {false, true}) {
+    dy.fill(0xFF);
+    detail::launch_quantize_dequant(dx.p, t, m, k, gs, vllm, dy.p, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<uint16_t> y(x.size());
+    dy.download(y.data(), y.size() * 2);
+    size_t bad = 0;
+    for (int64_t i = 0; i < m * k; ++i) {
+      const uint8_t code = (ref.codes[static_cast<size_t>(i / 2)] >> (4 * (i % 2))) & 0xF;
+      const float sx = e4m3_decode(ref.scales[static_cast<size_t>(i / 16)]);
+      const float q = e2m1_decode(code);
+      const float want = vllm ? round_to(t, q * (sx / gs)) : q * sx;
+      const uint16_t wb = to_bits16(t, want);
+      if (y[static_cast<size_t>(i)] != wb && !(std::isnan(want) && std::isnan(from_bits16(t, y[static_cast<size_t>(i)])))) {
+        if (bad < 3)
+          ADD_FAILURE() << dtype_name(t) << (vllm ? " vllm" : " exact") << " m=" << m << " k=" << k << " gs=" << gs
+                        << " element " << i << ": got " << from_bits16(t, y[static_cast<size_t>(i)]) << " want "
+                        << want;
+        ++bad;
+      }
+    }
+    EXPECT_EQ(bad, 0u);
+  }
+}
+
+TEST(CudaQuantize, QuantizeDequantMatchesCpuExecutorValues) {
+  NVFP4_REQUIRE_GPU();
+  // Odd group counts (the two-group threads' tail), one row, and a wide range of magnitudes and scales.
+  const int64_t shapes[][2] = {{1, 16}, {1, 4096}, {7, 48}, {33, 208}, {128, 1024}};
+  for (DType t : {DType::BF16, DType::F16}) {
+    uint32_t seed = 77;
+    for (const auto& s : shapes)
+      for (float amp : {1.0f, 0.01f, 37.0f}) {
+        const auto x = random_activations(t, s[0], s[1], amp, seed++);
+        float amax = 0.0f;
+        for (uint16_t v : x) amax = std::max(amax, std::fabs(from_bits16(t, v)));
+        check_dequant(t, x, s[0], s[1], 2688.0f / amax);
+        check_dequant(t, x, s[0], s[1], 0.37f * 2688.0f / amax);
+        check_dequant(t, x, s[0], s[1], 1.0f);
+      }
   }
 }
 
