@@ -92,6 +92,63 @@ __device__ __forceinline__ uint32_t deq_pair(uint32_t q, uint32_t scale2, float 
   return as_u32(A::pack(__fmul_rn(A::to_f32(v, 0), scale_f), __fmul_rn(A::to_f32(v, 1), scale_f)));
 }
 
+// The math of one K chunk: weight tiles wv (scales sv) times the activation fragments xv of kNT token tiles.
+template <typename T, bool kVllm, int kNT, int kNW>
+__device__ __forceinline__ void chunk_mma(const uint4 (&wv)[kNW], const uint32_t (&sv)[kNW],
+                                          const uint4 (&xv)[kNT][2], float w_dec, float (&acc)[kNW][kNT][4]) {
+  // weight scales of rows g and g+8 of each tile
+  uint32_t ws2[kNW][2];
+  float wsf[kNW][2];
+#pragma unroll
+  for (int i = 0; i < kNW; ++i) {
+    if constexpr (!kVllm) {
+      exact_scale_pair<T>(sv[i], ws2[i][0], ws2[i][1]);
+      wsf[i][0] = wsf[i][1] = 0.f;
+    } else {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        ws2[i][h] = 0;
+        wsf[i][h] = __fmul_rn(e4m3_to_f32((sv[i] >> (8 * h)) & 0xFF), w_dec);
+      }
+    }
+  }
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+    uint32_t b[kNT][2];
+#pragma unroll
+    for (int j = 0; j < kNT; ++j) {
+      const uint4& lo = xv[j][0];
+      const uint4& hi = xv[j][1];
+      const uint32_t w8[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+      b[j][0] = w8[2 * s];
+      b[j][1] = w8[2 * s + 1];
+    }
+#pragma unroll
+    for (int i = 0; i < kNW; ++i) {
+      const uint32_t q = s == 0 ? wv[i].x : s == 1 ? wv[i].y : s == 2 ? wv[i].z : wv[i].w;
+      uint32_t a[4];
+#pragma unroll
+      for (int pp = 0; pp < 4; ++pp) a[pp] = deq_pair<T, kVllm>(q << (4 * pp), ws2[i][pp & 1], wsf[i][pp & 1]);
+#pragma unroll
+      for (int j = 0; j < kNT; ++j) mma16816<T>(acc[i][j], a, b[j][0], b[j][1]);
+    }
+  }
+}
+
+// The lane's 16 activations of chunk c for each token row (zeros past K or when !in).
+template <typename T, int kNT>
+__device__ __forceinline__ void load_activations(const GemmParams& p, const int64_t (&rows)[kNT], int c, bool in,
+                                                 uint4 (&xv)[kNT][2]) {
+  const int k0 = c * 64 + 16 * (threadIdx.x & 3);
+  const bool kin = in && k0 < p.k;
+#pragma unroll
+  for (int j = 0; j < kNT; ++j) {
+    const uint4* xp = reinterpret_cast<const uint4*>(static_cast<const T*>(p.x) + rows[j] * p.k + k0);
+    xv[j][0] = kin ? xp[0] : make_uint4(0, 0, 0, 0);
+    xv[j][1] = kin ? xp[1] : make_uint4(0, 0, 0, 0);
+  }
+}
+
 // Accumulates chunks [c0, c1) of weight tiles tile0 .. tile0+kNW-1 (tiles past N16 are zero tiles whose
 // outputs are never stored) for the token rows m0 + 8j + g (j < kNT; rows past M re-read row M-1) into
 // acc. Two register stages: the loads of one are in flight while the other is computed.
@@ -100,7 +157,7 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, int tile0, int64
                                            float (&acc)[kNW][kNT][4]) {
   constexpr bool kVllm = kMode == static_cast<int>(Mode::Vllm);
   constexpr int kU = kNW * kNT <= 2 ? 2 : 1;  // chunks per register stage (two stages in flight)
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int lane = threadIdx.x & 31, g = lane >> 2;
   int64_t rows[kNT];
 #pragma unroll
   for (int j = 0; j < kNT; ++j) rows[j] = min(m0 + 8 * j + g, p.m - 1);
@@ -131,60 +188,14 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, int tile0, int64
         wv[u][i] = in ? ld_stream(wp + off + 32 * i) : make_uint4(0, 0, 0, 0);
         sv[u][i] = in ? sp[off + 32 * i] : 0u;
       }
-      const int k0 = cu * 64 + 16 * t;
-      const bool kin = in && k0 < p.k;
-#pragma unroll
-      for (int j = 0; j < kNT; ++j) {
-        const uint4* xp = reinterpret_cast<const uint4*>(static_cast<const T*>(p.x) + rows[j] * p.k + k0);
-        xv[u][j][0] = kin ? xp[0] : make_uint4(0, 0, 0, 0);
-        xv[u][j][1] = kin ? xp[1] : make_uint4(0, 0, 0, 0);
-      }
+      load_activations<T, kNT>(p, rows, cu, in, xv[u]);
     }
   };
   auto compute = [&](Stage& st, int c) {
-    auto& wv = st.wv;
-    auto& sv = st.sv;
-    auto& xv = st.xv;
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       if (c + u >= c1) break;
-      // weight scales of rows g and g+8 of each tile
-      uint32_t ws2[kNW][2];
-      float wsf[kNW][2];
-#pragma unroll
-      for (int i = 0; i < kNW; ++i) {
-        if constexpr (!kVllm) {
-          exact_scale_pair<T>(sv[u][i], ws2[i][0], ws2[i][1]);
-          wsf[i][0] = wsf[i][1] = 0.f;
-        } else {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            ws2[i][h] = 0;
-            wsf[i][h] = __fmul_rn(e4m3_to_f32((sv[u][i] >> (8 * h)) & 0xFF), p.w_dec);
-          }
-        }
-      }
-#pragma unroll
-      for (int s = 0; s < 4; ++s) {
-        uint32_t b[kNT][2];
-#pragma unroll
-        for (int j = 0; j < kNT; ++j) {
-          const uint4& lo = xv[u][j][0];
-          const uint4& hi = xv[u][j][1];
-          const uint32_t w8[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-          b[j][0] = w8[2 * s];
-          b[j][1] = w8[2 * s + 1];
-        }
-#pragma unroll
-        for (int i = 0; i < kNW; ++i) {
-          const uint32_t q = s == 0 ? wv[u][i].x : s == 1 ? wv[u][i].y : s == 2 ? wv[u][i].z : wv[u][i].w;
-          uint32_t a[4];
-#pragma unroll
-          for (int pp = 0; pp < 4; ++pp) a[pp] = deq_pair<T, kVllm>(q << (4 * pp), ws2[i][pp & 1], wsf[i][pp & 1]);
-#pragma unroll
-          for (int j = 0; j < kNT; ++j) mma16816<T>(acc[i][j], a, b[j][0], b[j][1]);
-        }
-      }
+      chunk_mma<T, kVllm, kNT, kNW>(st.wv[u], st.sv[u], st.xv[u], p.w_dec, acc);
     }
   };
   Stage a, b;
