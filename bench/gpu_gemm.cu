@@ -3,7 +3,7 @@
 // derived bound, on a NaN-poisoned buffer; then CUDA graphs of R calls over R weight copies (R·bytes >
 // 240 MB, so weights come from HBM, not L2), 3 warm-up replays, median of 50 timed replays.
 // Usage: bench_gemm [--quick] [--shapes i,j,...] [--m 1,16,...] [--xover 64,...|none] [--reps 50]
-//                   [--grid-rules 0,1,2,3] (fused-kernel grid rules, set_fused_grid_rule's numbering; one row
+//                   [--grid-rules 0,1,2] (fused-kernel grid rules, set_fused_grid_rule's numbering; one row
 //                   each for M <= 16; default: the executor's default) [--no-quant]
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -184,7 +184,7 @@ int main(int argc, char** argv) {
     } else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
       reps = std::atoi(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: bench_gemm [--quick] [--shapes 0,1,..] [--m 1,16,..] [--xover 32,..|none] [--grid-rules 0,1,2,3] "
+      std::fprintf(stderr, "usage: bench_gemm [--quick] [--shapes 0,1,..] [--m 1,16,..] [--xover 32,..|none] [--grid-rules 0,1,2] "
                            "[--no-quant] [--reps N]\n");
       return 2;
     }

@@ -174,7 +174,6 @@ class CudaLinearImpl final : public CudaLinear {
     chunk_rows_ = static_cast<int>(std::min<int64_t>(rows, n16_ * 16));
     fused_max_m_ = default_fused_max_m(s, n_, k_);
     check_cuda(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-    ring_ok_ = detail::ring_kernels_available(device);
     keep_pool_memory(device);
   }
   void set_tile_rows(int rows) {
@@ -240,11 +239,10 @@ class CudaLinearImpl final : public CudaLinear {
     const int nt = p.m <= 8 ? 1 : p.m <= 16 ? 2 : 4;
     const int64_t mblocks = ceil_div(p.m, 8 * nt);
     const int rule = grid_rule_ < 0 ? kDefaultGridRule : grid_rule_;
-    const bool ring = rule == 3 && nt <= 2 && ring_ok_;  // rule 3: rule 2 with the bulk-copy ring kernels
     // Block slots of the whole GPU for a kernel with nw weight tiles per warp (rules 0 and 1 counted 2 per
     // SM for every kernel).
     auto slots = [&](int nw) {
-      return (rule >= 2 ? detail::fused_blocks_per_sm(nt, nw, ring) : 2) * static_cast<int64_t>(sms_);
+      return (rule >= 2 ? detail::fused_blocks_per_sm(nt, nw) : 2) * static_cast<int64_t>(sms_);
     };
     int max_wk = 8;
     while (max_wk > 1 && kc_ / max_wk < 2) max_wk /= 2;
@@ -266,7 +264,7 @@ class CudaLinearImpl final : public CudaLinear {
     while (wk < max_wk && mblocks * ceil_div(groups, 8 / wk) < slots(nw)) wk *= 2;
     if (rule >= 2 && nt <= 2) wk = max_wk;
     p.wk = wk;
-    detail::launch_fused_gemm(p, act_, mode, nt, nw, ring, stream);
+    detail::launch_fused_gemm(p, act_, mode, nt, nw, stream);
   }
 
   // y = T(alpha · x_T · W_Tᵀ) through cuBLAS (f32 compute), weight tiles of chunk_rows_ rows dequantized
@@ -314,7 +312,6 @@ class CudaLinearImpl final : public CudaLinear {
 
   int sms_ = 132;
   int grid_rule_ = -1;
-  bool ring_ok_ = false;
   mutable std::mutex mu_;
 };
 

@@ -21,8 +21,8 @@ void set_weight_tile_rows(CudaLinear& l, int rows);
 
 // Grid rule of the fused kernel (weight tiles per warp, K split): -1 default, 0 the earlier rule (tiles per
 // warp halved until >= 2 blocks per SM), 1 (M <= 16) tiles per warp kept while the largest K split fills >= 90%
-// of one wave, 2 (M <= 16) as 1 counting each kernel's own blocks per SM, always the largest K split, 3 as 2
-// with the bulk-copy ring kernels where the device has them (sm_90+; elsewhere the same as 2) (docs/PERF.md).
+// of one wave, 2 (M <= 16) as 1 counting each kernel's own blocks per SM, always the largest K split
+// (docs/PERF.md).
 void set_fused_grid_rule(CudaLinear& l, int rule);
 
 // Default crossover (largest M on the fused kernel) for a layer of this shape and semantics.

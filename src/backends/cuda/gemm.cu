@@ -208,107 +208,6 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, int tile0, int64
   }
 }
 
-// ---- Hopper bulk-copy ring (sm_90+) ----
-// Each warp streams its weight tiles through its own ring of shared-memory stages: lane 0 asks the copy engine
-// for whole chunks (cp.async.bulk, one request for the kNW·512 code bytes and one for the kNW·64 scale bytes,
-// both contiguous since the tiles of a warp are stored side by side), an mbarrier per stage counts the bytes
-// in; the lanes read the stage into registers right before its math. 6.75 KB of stages per warp for any kNW:
-// 12 / kNW chunks of kNW tiles, so 11 / 12 of that is in flight while a chunk is computed.
-constexpr int kRingChunkTiles = 12;                                       // tiles per warp ring
-constexpr int kRingWarpBytes = kRingChunkTiles * 576;                     // 512 code + 64 scale bytes per tile
-constexpr int kRingBarBytes = 1024;                                       // 8 warps x 12 mbarriers, padded
-constexpr int kRingSmemBytes = kRingBarBytes + 8 * kRingWarpBytes;        // 56320
-
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar),
-               "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n .reg .pred P1;\n WAIT_%=:\n mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n @!P1 bra WAIT_%=;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-__device__ __forceinline__ void bulk_g2s(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-               "l"(src), "r"(bytes), "r"(bar)
-               : "memory");
-}
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-#endif
-
-// accumulate()'s contract, the weights through this warp's ring in smem (sm_90+).
-template <typename T, int kMode, int kNT, int kNW>
-__device__ __forceinline__ void accumulate_ring(const GemmParams& p, int tile0, int64_t m0, int c0, int c1,
-                                                float (&acc)[kNW][kNT][4], uint8_t* smem, int warp) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  constexpr bool kVllm = kMode == static_cast<int>(Mode::Vllm);
-  constexpr int kS = kRingChunkTiles / kNW;  // stages
-  constexpr uint32_t kW = kNW * 512, kSc = kNW * 64, kStage = kW + kSc;
-  constexpr int64_t kWStride = kTileGroup * 512, kSStride = kTileGroup * 64;  // bytes per chunk in memory
-  static_assert(kTileGroup % kNW == 0, "a warp's tiles must lie in one stored group");
-  const int n = c1 - c0;
-  if (n <= 0) return;
-  const int lane = threadIdx.x & 31, g = lane >> 2;
-  int64_t rows[kNT];
-#pragma unroll
-  for (int j = 0; j < kNT; ++j) rows[j] = min(m0 + 8 * j + g, p.m - 1);
-  const uint32_t bars = smem_u32(smem) + warp * kRingChunkTiles * 8;
-  const uint8_t* ring = smem + kRingBarBytes + warp * kRingWarpBytes;
-  const uint32_t ring_s = smem_u32(ring);
-  const int64_t block0 = fragment_block(tile0, c0, p.kc) * 32;
-  const uint8_t* wsrc = reinterpret_cast<const uint8_t*>(p.wq + block0);
-  const uint8_t* ssrc = reinterpret_cast<const uint8_t*>(p.ws + block0);
-  auto issue = [&](int r) {
-    const int slot = r % kS;
-    const uint32_t bar = bars + 8 * slot, dst = ring_s + slot * kStage;
-    mbar_expect_tx(bar, kStage);
-    bulk_g2s(dst, wsrc + r * kWStride, kW, bar);
-    bulk_g2s(dst + kW, ssrc + r * kSStride, kSc, bar);
-  };
-  if (lane == 0) {
-    for (int s = 0; s < kS; ++s) mbar_init(bars + 8 * s, 1);
-    mbar_init_fence();
-    for (int r = 0; r < kS && r < n; ++r) issue(r);
-  }
-  __syncwarp();
-  uint4 xa[kNT][2], xb[kNT][2];
-  load_activations<T, kNT>(p, rows, c0, true, xa);
-  auto step = [&](int r, const uint4 (&xcur)[kNT][2], uint4 (&xnext)[kNT][2]) {
-    load_activations<T, kNT>(p, rows, c0 + r + 1, r + 1 < n, xnext);
-    const int slot = r % kS;
-    mbar_wait(bars + 8 * slot, (r / kS) & 1);
-    const uint8_t* st = ring + slot * kStage;
-    uint4 wv[kNW];
-    uint32_t sv[kNW];
-#pragma unroll
-    for (int i = 0; i < kNW; ++i) {
-      wv[i] = *reinterpret_cast<const uint4*>(st + i * 512 + lane * 16);
-      sv[i] = *reinterpret_cast<const uint16_t*>(st + kW + i * 64 + lane * 2);
-    }
-    __syncwarp();  // every lane has read the stage: it may be refilled
-    if (lane == 0 && r + kS < n) {
-      fence_proxy_async();
-      issue(r + kS);
-    }
-    chunk_mma<T, kVllm, kNT, kNW>(wv, sv, xcur, p.w_dec, acc);
-  };
-  for (int r = 0; r < n; r += 2) {
-    step(r, xa, xb);
-    if (r + 1 < n) step(r + 1, xb, xa);
-  }
-#endif
-}
-
 // Epilogue of one tile group: y = T(T(acc · out_scale) + bias) for the rows and tokens inside the output.
 template <typename T, int kNT, int kNW>
 __device__ __forceinline__ void store_tiles(const GemmParams& p, int tile0, int64_t m0,
@@ -334,17 +233,9 @@ __device__ __forceinline__ void store_tiles(const GemmParams& p, int tile0, int6
 // Block: 8 warps; warp w handles kNW consecutive 16-row weight tiles (sharing the activation fragments) and
 // one of p.wk K ranges; the wk partial sums of a tile group are added in a fixed order (deterministic).
 // Grid: x = token tiles of 8·kNT (fastest, so blocks reading the same weights run together), y = tile groups.
-template <typename T, int kMode, int kNT, int kNW, bool kRing>
-__global__ void __launch_bounds__(256, fused_blocks_per_sm(kNT, kNW, kRing)) fused_gemm_kernel(const GemmParams p) {
-  constexpr int kRed = kNW * kNT * 4;
-  extern __shared__ __align__(128) uint8_t ring_smem[];
-  float(*red)[kRed][32];
-  if constexpr (kRing) {
-    red = reinterpret_cast<float(*)[kRed][32]>(ring_smem + kRingBarBytes);  // the rings, once drained
-  } else {
-    __shared__ float red_s[8][kRed][32];
-    red = red_s;
-  }
+template <typename T, int kMode, int kNT, int kNW>
+__global__ void __launch_bounds__(256, fused_blocks_per_sm(kNT, kNW)) fused_gemm_kernel(const GemmParams p) {
+  __shared__ float red[8][kNW * kNT * 4][32];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int wk = p.wk, wn = warp / wk, kk = warp % wk;
   const int tile0 = (blockIdx.y * (8 / wk) + wn) * kNW;
@@ -362,14 +253,10 @@ __global__ void __launch_bounds__(256, fused_blocks_per_sm(kNT, kNW, kRing)) fus
   if (active) {
     const int per = (p.kc + wk - 1) / wk;
     const int c0 = kk * per, c1 = min(p.kc, c0 + per);
-    if constexpr (kRing)
-      accumulate_ring<T, kMode, kNT, kNW>(p, tile0, m0, c0, c1, acc, ring_smem, warp);
-    else
-      accumulate<T, kMode, kNT, kNW>(p, tile0, m0, c0, c1, acc);
+    accumulate<T, kMode, kNT, kNW>(p, tile0, m0, c0, c1, acc);
   }
 
   if (wk > 1) {
-    if constexpr (kRing) __syncthreads();  // every ring drained before its memory holds partial sums
 #pragma unroll
     for (int i = 0; i < kNW; ++i)
 #pragma unroll
@@ -391,62 +278,50 @@ __global__ void __launch_bounds__(256, fused_blocks_per_sm(kNT, kNW, kRing)) fus
   store_tiles<T, kNT, kNW>(p, tile0, m0, acc);
 }
 
-template <typename T, int kMode, int kNT, int kNW, bool kRing>
+template <typename T, int kMode, int kNT, int kNW>
 void launch_kernel(const GemmParams& p, cudaStream_t stream) {
   const int groups_per_block = 8 / p.wk;
   dim3 grid(static_cast<unsigned>(ceil_div(p.m, 8 * kNT)),
             static_cast<unsigned>(ceil_div(ceil_div(p.n16, kNW), groups_per_block)));
-  if constexpr (kRing) {
-    NVFP4_CUDA_CHECK(cudaFuncSetAttribute(fused_gemm_kernel<T, kMode, kNT, kNW, true>,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize, kRingSmemBytes));
-    fused_gemm_kernel<T, kMode, kNT, kNW, true><<<grid, 256, kRingSmemBytes, stream>>>(p);
-  } else {
-    fused_gemm_kernel<T, kMode, kNT, kNW, false><<<grid, 256, 0, stream>>>(p);
-  }
+  fused_gemm_kernel<T, kMode, kNT, kNW><<<grid, 256, 0, stream>>>(p);
 }
 
-template <typename T, int kMode, int kNT, bool kRing>
+template <typename T, int kMode, int kNT>
 void launch_nt(const GemmParams& p, int nw, cudaStream_t stream) {
   switch (nw) {
     case 1:
-      launch_kernel<T, kMode, kNT, 1, kRing>(p, stream);
+      launch_kernel<T, kMode, kNT, 1>(p, stream);
       break;
     case 2:
-      launch_kernel<T, kMode, kNT, 2, kRing>(p, stream);
+      launch_kernel<T, kMode, kNT, 2>(p, stream);
       break;
     default:
-      if constexpr (kNT < 4) launch_kernel<T, kMode, kNT, 4, kRing>(p, stream);
+      if constexpr (kNT < 4) launch_kernel<T, kMode, kNT, 4>(p, stream);
       break;
   }
 }
 
 template <typename T, int kMode>
-void launch_mode(const GemmParams& p, int nt, int nw, bool ring, cudaStream_t stream) {
+void launch_mode(const GemmParams& p, int nt, int nw, cudaStream_t stream) {
   switch (nt) {
     case 1:
-      if (ring)
-        launch_nt<T, kMode, 1, true>(p, nw, stream);
-      else
-        launch_nt<T, kMode, 1, false>(p, nw, stream);
+      launch_nt<T, kMode, 1>(p, nw, stream);
       break;
     case 2:
-      if (ring)
-        launch_nt<T, kMode, 2, true>(p, nw, stream);
-      else
-        launch_nt<T, kMode, 2, false>(p, nw, stream);
+      launch_nt<T, kMode, 2>(p, nw, stream);
       break;
     default:
-      launch_nt<T, kMode, 4, false>(p, std::min(nw, 2), stream);
+      launch_nt<T, kMode, 4>(p, std::min(nw, 2), stream);
       break;
   }
 }
 
 template <typename T>
-void launch_t(const GemmParams& p, Mode mode, int nt, int nw, bool ring, cudaStream_t stream) {
+void launch_t(const GemmParams& p, Mode mode, int nt, int nw, cudaStream_t stream) {
   if (mode == Mode::Exact)
-    launch_mode<T, 0>(p, nt, nw, ring, stream);
+    launch_mode<T, 0>(p, nt, nw, stream);
   else
-    launch_mode<T, 1>(p, nt, nw, ring, stream);
+    launch_mode<T, 1>(p, nt, nw, stream);
 }
 
 // One thread per (tile, chunk, lane): rows g and g+8, 16 K values each.
@@ -500,20 +375,12 @@ __global__ void add_bias_kernel(T* __restrict__ y, const float* __restrict__ bia
 
 }  // namespace
 
-void launch_fused_gemm(const GemmParams& p, DType act, Mode mode, int nt, int nw, bool ring, cudaStream_t stream) {
+void launch_fused_gemm(const GemmParams& p, DType act, Mode mode, int nt, int nw, cudaStream_t stream) {
   if (act == DType::BF16)
-    launch_t<__nv_bfloat16>(p, mode, nt, nw, ring, stream);
+    launch_t<__nv_bfloat16>(p, mode, nt, nw, stream);
   else
-    launch_t<__half>(p, mode, nt, nw, ring, stream);
+    launch_t<__half>(p, mode, nt, nw, stream);
   NVFP4_CUDA_CHECK(cudaGetLastError());
-}
-
-bool ring_kernels_available(int device) {
-  int major = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess || major < 9) return false;
-  cudaFuncAttributes a{};
-  if (cudaFuncGetAttributes(&a, fused_gemm_kernel<__nv_bfloat16, 0, 1, 4, true>) != cudaSuccess) return false;
-  return a.ptxVersion >= 90 && a.binaryVersion >= 90;
 }
 
 void launch_dequant_weight(const GemmParams& p, DType act, bool vllm, int n0, int rows, void* out,

@@ -31,17 +31,11 @@ struct GemmParams {
 // Blocks of 8 warps per SM the fused kernel for token tiles of 8·nt and nw weight tiles per warp is
 // compiled to fit (its register budget: 80 registers for one token tile and one weight tile, 128 otherwise);
 // the host's grid rules count block slots with it.
-// The ring kernels (sm_90+, M <= 16) hold the weights in shared memory: 3 blocks (80 registers) for one token
-// tile, 2 for two.
-constexpr int fused_blocks_per_sm(int nt, int nw, bool ring = false) {
-  return ring ? (nt == 1 ? 3 : 2) : nt == 1 && nw == 1 ? 3 : 2;
-}
+constexpr int fused_blocks_per_sm(int nt, int nw) { return nt == 1 && nw == 1 ? 3 : 2; }
 
 // Fused mixed-input GEMM, tokens in tiles of 8·nt (nt = 1, 2 or 4), nw = 1, 2 or 4 weight tiles per warp
 // (nt = 4 uses at most 2).
-void launch_fused_gemm(const GemmParams& p, DType act, Mode mode, int nt, int nw, bool ring, cudaStream_t stream);
-// Whether the bulk-copy ring kernels run on this device (sm_90+ code in this binary).
-bool ring_kernels_available(int device);
+void launch_fused_gemm(const GemmParams& p, DType act, Mode mode, int nt, int nw, cudaStream_t stream);
 
 // Large-M helpers. Dequantize rows [n0, n0+rows) of the prepared weight to T, (rows, K) row-major:
 //   exact modes: e2m1·S;  vLLM: T(e2m1 · f32(S·w_dec)).
