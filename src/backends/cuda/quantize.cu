@@ -164,6 +164,20 @@ void launch_t(const void* x, int64_t m, int64_t k, float gs, uint8_t* codes, uin
   NVFP4_CUDA_CHECK(cudaGetLastError());
 }
 
+template <typename T>
+void launch_qd(const void* x, int64_t m, int64_t k, float gs, bool vllm, void* out, cudaStream_t stream) {
+  constexpr int kG = 2, threads = 256;
+  const int64_t total = m * (k / 16);
+  const unsigned blocks = static_cast<unsigned>(ceil_div(ceil_div(total, kG), threads));
+  const T* xt = static_cast<const T*>(x);
+  T* o = static_cast<T*>(out);
+  if (vllm)
+    quantize_dequant_kernel<T, true, kG><<<blocks, threads, 0, stream>>>(xt, total, gs, 1.0f / gs, o);
+  else
+    quantize_dequant_kernel<T, false, kG><<<blocks, threads, 0, stream>>>(xt, total, gs, 1.0f / gs, o);
+  NVFP4_CUDA_CHECK(cudaGetLastError());
+}
+
 }  // namespace
 
 void launch_quantize(const void* x, DType act, int64_t m, int64_t k, float gs_enc, uint8_t* codes,
@@ -174,26 +188,8 @@ void launch_quantize(const void* x, DType act, int64_t m, int64_t k, float gs_en
 
 void launch_quantize_dequant(const void* x, DType act, int64_t m, int64_t k, float gs_enc, bool vllm, void* out,
                              cudaStream_t stream) {
-  constexpr int kG = 2, threads = 256;
-  const int64_t total = m * (k / 16);
-  const unsigned blocks = static_cast<unsigned>(ceil_div(ceil_div(total, kG), threads));
-  const float inv_gs = 1.0f / gs_enc;
-  if (act == DType::BF16) {
-    auto* xt = static_cast<const __nv_bfloat16*>(x);
-    auto* o = static_cast<__nv_bfloat16*>(out);
-    if (vllm)
-      quantize_dequant_kernel<__nv_bfloat16, true, kG><<<blocks, threads, 0, stream>>>(xt, total, gs_enc, inv_gs, o);
-    else
-      quantize_dequant_kernel<__nv_bfloat16, false, kG><<<blocks, threads, 0, stream>>>(xt, total, gs_enc, inv_gs, o);
-  } else {
-    auto* xt = static_cast<const __half*>(x);
-    auto* o = static_cast<__half*>(out);
-    if (vllm)
-      quantize_dequant_kernel<__half, true, kG><<<blocks, threads, 0, stream>>>(xt, total, gs_enc, inv_gs, o);
-    else
-      quantize_dequant_kernel<__half, false, kG><<<blocks, threads, 0, stream>>>(xt, total, gs_enc, inv_gs, o);
-  }
-  NVFP4_CUDA_CHECK(cudaGetLastError());
+  if (act == DType::BF16) launch_qd<__nv_bfloat16>(x, m, k, gs_enc, vllm, out, stream);
+  else launch_qd<__half>(x, m, k, gs_enc, vllm, out, stream);
 }
 
 }  // namespace nvfp4::cuda::detail

@@ -54,22 +54,26 @@ void check_layouts(DType t, const std::vector<uint16_t>& x, int64_t m, int64_t k
   }
 }
 
+// Random activations of each shape at three amplitudes, bf16 and fp16, each with three global scales: from the
+// data like a calibration would (2688 / amax), a non-round value, and 1.
+template <size_t N, typename F>
+void for_random_cases(const int64_t (&shapes)[N][2], uint32_t seed, F check) {
+  for (DType t : {DType::BF16, DType::F16}) {
+    uint32_t sd = seed;
+    for (const auto& s : shapes)
+      for (float amp : {1.0f, 0.01f, 37.0f}) {
+        const auto x = random_activations(t, s[0], s[1], amp, sd++);
+        float amax = 0.0f;
+        for (uint16_t v : x) amax = std::max(amax, std::fabs(from_bits16(t, v)));
+        for (float gs : {2688.0f / amax, 1.0f, 0.37f * 2688.0f / amax}) check(t, x, s[0], s[1], gs);
+      }
+  }
+}
+
 TEST(CudaQuantize, BitExactWithCpuOnRandomData) {
   NVFP4_REQUIRE_GPU();
   const int64_t shapes[][2] = {{1, 16}, {7, 48}, {33, 208}, {128, 4096}, {300, 1024}, {1000, 64}};
-  for (DType t : {DType::BF16, DType::F16}) {
-    uint32_t seed = 1;
-    for (const auto& s : shapes)
-      for (float amp : {1.0f, 0.01f, 37.0f}) {
-        const auto x = random_activations(t, s[0], s[1], amp, seed++);
-        // gs from the data like a calibration would (2688 / amax), plus a non-round value.
-        float amax = 0.0f;
-        for (uint16_t v : x) amax = std::max(amax, std::fabs(from_bits16(t, v)));
-        check_layouts(t, x, s[0], s[1], 2688.0f / amax);
-        check_layouts(t, x, s[0], s[1], 1.0f);
-        check_layouts(t, x, s[0], s[1], 0.37f * 2688.0f / amax);
-      }
-  }
+  for_random_cases(shapes, 1, check_layouts);
 }
 
 TEST(CudaQuantize, BitExactOnEveryBf16Value) {
@@ -140,18 +144,7 @@ TEST(CudaQuantize, QuantizeDequantMatchesCpuExecutorValues) {
   NVFP4_REQUIRE_GPU();
   // Odd group counts (the two-group threads' tail), one row, and a wide range of magnitudes and scales.
   const int64_t shapes[][2] = {{1, 16}, {1, 4096}, {7, 48}, {33, 208}, {128, 1024}};
-  for (DType t : {DType::BF16, DType::F16}) {
-    uint32_t seed = 77;
-    for (const auto& s : shapes)
-      for (float amp : {1.0f, 0.01f, 37.0f}) {
-        const auto x = random_activations(t, s[0], s[1], amp, seed++);
-        float amax = 0.0f;
-        for (uint16_t v : x) amax = std::max(amax, std::fabs(from_bits16(t, v)));
-        check_dequant(t, x, s[0], s[1], 2688.0f / amax);
-        check_dequant(t, x, s[0], s[1], 0.37f * 2688.0f / amax);
-        check_dequant(t, x, s[0], s[1], 1.0f);
-      }
-  }
+  for_random_cases(shapes, 77, check_dequant);
 }
 
 TEST(CudaQuantize, RejectsBadArguments) {
