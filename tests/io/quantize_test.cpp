@@ -109,6 +109,16 @@ QuantizeOptions w4a4_options(const Tiny& t) {
   return opt;
 }
 
+// Writes the sharded tiny model to d/in and quantizes it (NVFP4, compressed-tensors) to d/ct; returns the
+// options used.
+QuantizeOptions quantize_sharded_tiny(const TmpDir& d) {
+  std::filesystem::create_directory(d / "in");
+  const Tiny t = write_tiny(d / "in", /*sharded=*/true);
+  QuantizeOptions opt = w4a4_options(t);
+  quantize_model(d / "in", d / "ct", opt);
+  return opt;
+}
+
 void expect_within_quant_bound(const std::vector<float>& x, const Nvfp4Matrix& q, const std::string& what) {
   std::vector<float> xh(x.size());
   dequantize(q, xh.data());
@@ -393,10 +403,7 @@ void expect_shards_as_safetensors_writer(const std::string& out, const std::stri
 
 TEST(Quantize, OutputShardsAreSafetensorsWriterBytes) {
   TmpDir d;
-  std::filesystem::create_directory(d / "in");
-  const Tiny t = write_tiny(d / "in", /*sharded=*/true);
-  QuantizeOptions opt = w4a4_options(t);
-  quantize_model(d / "in", d / "ct", opt);
+  QuantizeOptions opt = quantize_sharded_tiny(d);
   expect_shards_as_safetensors_writer(d / "ct", d / "scratch.safetensors");
   QuantizeOptions conv;
   conv.format = CheckpointFormat::ModelOpt;
@@ -458,10 +465,7 @@ TEST(Convert, CompressedTensorsToModelOptIsByteForByte) {
 // progress step.
 TEST(Convert, ModuleSplitAcrossShards) {
   TmpDir d;
-  std::filesystem::create_directory(d / "in");
-  const Tiny t = write_tiny(d / "in", /*sharded=*/true);
-  QuantizeOptions opt = w4a4_options(t);
-  quantize_model(d / "in", d / "ct", opt);
+  quantize_sharded_tiny(d);
   // Move two tensors of layer 0's up_proj (its codes stay in shard 1) to shard 2.
   const std::string m = "model.layers.0.mlp.up_proj";
   const std::set<std::string> moved = {m + ".weight_scale", m + ".input_global_scale"};

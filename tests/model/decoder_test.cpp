@@ -205,6 +205,21 @@ std::string tmpdir(const std::string& name) {
   return (fs::temp_directory_path() / ("nvfp4_decoder_test_" + name + "_" + std::to_string(::getpid()))).string();
 }
 
+// The logits of a and b over tok (all positions) must be finite, equal bit for bit, and not all ~0.
+void expect_same_logits(nvfp4::model::LlamaModel& a, nvfp4::model::LlamaModel& b, const std::vector<int32_t>& tok,
+                        int64_t vocab, const std::string& tag) {
+  std::vector<float> la(tok.size() * vocab, NAN), lb(tok.size() * vocab, -NAN);
+  a.forward(tok.data(), tok.size(), la.data(), true);
+  b.forward(tok.data(), tok.size(), lb.data(), true);
+  double norm2 = 0;
+  for (size_t i = 0; i < la.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(la[i])) << tag << " " << i;
+    ASSERT_EQ(la[i], lb[i]) << tag << " logit " << i;
+    norm2 += static_cast<double>(la[i]) * la[i];
+  }
+  EXPECT_GT(norm2, 1.0) << tag;
+}
+
 }  // namespace
 
 TEST(Decoder, MatchesF64ReferenceWithinDerivedBound) {
@@ -285,17 +300,7 @@ TEST(Decoder, TiedLmHeadEqualsExplicitCopyBitForBit) {
     const std::string dir_copy = write_tiny(t, tmpdir(std::string("copy") + dt), dt, false);
     auto a = nvfp4::model::LlamaModel::load(dir_tied, {}, {});
     auto b = nvfp4::model::LlamaModel::load(dir_copy, {}, {});
-    const std::vector<int32_t> tok = {1, 9, 27, 3, 3, 38};
-    std::vector<float> la(tok.size() * t.V, NAN), lb(tok.size() * t.V, -NAN);
-    a->forward(tok.data(), tok.size(), la.data(), true);
-    b->forward(tok.data(), tok.size(), lb.data(), true);
-    double norm2 = 0;
-    for (size_t i = 0; i < la.size(); ++i) {
-      ASSERT_TRUE(std::isfinite(la[i])) << dt << " " << i;
-      ASSERT_EQ(la[i], lb[i]) << dt << " logit " << i;
-      norm2 += static_cast<double>(la[i]) * la[i];
-    }
-    EXPECT_GT(norm2, 1.0) << dt;
+    expect_same_logits(*a, *b, {1, 9, 27, 3, 3, 38}, t.V, dt);
     fs::remove_all(dir_tied);
     fs::remove_all(dir_copy);
   }
@@ -319,18 +324,8 @@ TEST(Decoder, WeightsReadInPlaceEqualCopiedWeightsBitForBit) {
       // the files are closed after load (the in-place model keeps its own mapping)
       fs::remove_all(dir_f32);
       fs::remove_all(dir_16);
-      const std::vector<int32_t> tok = {4, 8, 15, 16, 23, 39, 0};
-      std::vector<float> la(tok.size() * t.V, NAN), lb(tok.size() * t.V, -NAN);
-      a->forward(tok.data(), tok.size(), la.data(), true);
-      b->forward(tok.data(), tok.size(), lb.data(), true);
       EXPECT_EQ(a->weight_bytes(), b->weight_bytes()) << tag;
-      double norm2 = 0;
-      for (size_t i = 0; i < la.size(); ++i) {
-        ASSERT_TRUE(std::isfinite(la[i])) << tag << " " << i;
-        ASSERT_EQ(la[i], lb[i]) << tag << " logit " << i;
-        norm2 += static_cast<double>(la[i]) * la[i];
-      }
-      EXPECT_GT(norm2, 1.0) << tag;
+      expect_same_logits(*a, *b, {4, 8, 15, 16, 23, 39, 0}, t.V, tag);
     }
   }
 }
