@@ -25,6 +25,18 @@ void check_cols(int64_t cols, const char* what) {
 
 }  // namespace
 
+float linear_output_factor(const LinearWeights& w, Semantics s) {
+  switch (s) {
+    case Semantics::W4A16:
+      return w.weight.global.dec;
+    case Semantics::W4A4:
+      return w.input_global.dec * w.weight.global.dec;
+    case Semantics::W4A4_VLLM:
+      break;
+  }
+  return 1.0f;
+}
+
 const char* semantics_name(Semantics s) {
   switch (s) {
     case Semantics::W4A16: return "w4a16";

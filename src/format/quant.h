@@ -51,6 +51,10 @@ struct LinearWeights {
   int64_t in_features() const { return weight.cols; }
 };
 
+// The f32 factor every executor applies to a linear's accumulator before the output rounding (SPEC §5):
+// D_w (w4a16), alpha = f32(D_x·D_w) (w4a4), 1 (w4a4-vllm, whose rounded operands carry the global scales).
+float linear_output_factor(const LinearWeights& w, Semantics s);
+
 // ---- compressed-tensors weight writer (SPEC §3), bit-exact with compressed-tensors -------------------
 // max |w| over n values (exact).
 float abs_max(const float* w, int64_t n);

@@ -242,9 +242,7 @@ void CpuLinear::run(const uint16_t* x, int64_t m, uint16_t* y) const {
   std::vector<float> xf(static_cast<size_t>(m * ldx));
   for (int64_t i = 0; i < m; ++i) std::copy(xc.begin() + i * k, xc.begin() + (i + 1) * k, xf.begin() + i * ldx);
   // Factor applied to the f32 sum before rounding to T.
-  float post = 1.0f;
-  if (sem_ == Semantics::W4A16) post = w_.weight.global.dec;
-  if (sem_ == Semantics::W4A4) post = w_.input_global.dec * w_.weight.global.dec;  // alpha = f32(D_x·D_w)
+  const float post = linear_output_factor(w_, sem_);
   const DType wround = sem_ == Semantics::W4A4_VLLM ? act_ : DType::F32;  // w_dq = T(e2m1 · f32(S·D_w))
   int64_t rows = m > kTokenBlock ? kRowBlockMany : kRowBlock;
   while (rows > kRowBlock && (n + rows - 1) / rows < 4 * num_threads()) rows /= 2;  // keep every thread busy
@@ -303,9 +301,7 @@ void cpu_linear_reference_f64(const LinearWeights& w, Semantics s, DType act, co
   validate(w, s, act);
   const int64_t n = w.weight.rows, k = w.weight.cols, groups = k / kGroupSize;
   const std::vector<float> xf = prepare_activations(w, s, act, x, m);
-  double post = 1.0;
-  if (s == Semantics::W4A16) post = w.weight.global.dec;
-  if (s == Semantics::W4A4) post = static_cast<float>(w.input_global.dec * w.weight.global.dec);
+  const double post = linear_output_factor(w, s);
   std::vector<double> wrow(static_cast<size_t>(k));
   for (int64_t r = 0; r < n; ++r) {
     for (int64_t c = 0; c < k; ++c) {

@@ -67,7 +67,7 @@ inline Fp4Operand make_weight_operand(const Nvfp4Matrix& w) {
 }
 
 // The per-call factor: alpha = f32(D_x · D_w) (SPEC §5, W4A4 native).
-inline float native_alpha(const LinearWeights& w) { return w.input_global.dec * w.weight.global.dec; }
+inline float native_alpha(const LinearWeights& w) { return linear_output_factor(w, Semantics::W4A4); }
 
 // Reads an image back into canonical form (codes (rows, cols/2), linear scales). The inverse of make_operand.
 inline Nvfp4Matrix read_operand(const Fp4Operand& o) {

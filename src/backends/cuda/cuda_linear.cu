@@ -166,7 +166,7 @@ class CudaLinearImpl final : public CudaLinear {
     upload_bias(w.bias, act, bias_);
     w_dec_ = w.weight.global.dec;
     x_enc_ = w.input_global.enc;
-    x_dec_ = w.input_global.dec;
+    out_factor_ = linear_output_factor(w, s);
     check_cuda(cudaGetLastError(), "upload");
     blas_ = &blas_handle(device, "cuda linear '" + w.name + "'");
 
@@ -201,9 +201,9 @@ class CudaLinearImpl final : public CudaLinear {
     const bool large = m > fused_max_m_;
     const float shift = product_unshift(act_);  // 2^c of dequant_bits.h
     if (sem_ == Semantics::W4A16) {
-      if (large) return run_large(static_cast<const uint8_t*>(x), m, y, w_dec_, false, stream);
+      if (large) return run_large(static_cast<const uint8_t*>(x), m, y, out_factor_, false, stream);
       p.x = x;
-      p.out_scale = w_dec_ * shift;
+      p.out_scale = out_factor_ * shift;
       return fused(p, detail::Mode::Exact, stream);
     }
     // W4A4: the activations are quantized and written back dequantized (exact e2m1·sx, or vLLM's
@@ -211,11 +211,9 @@ class CudaLinearImpl final : public CudaLinear {
     const bool vllm = sem_ == Semantics::W4A4_VLLM;
     StreamBuf deq(static_cast<size_t>(m * k_ * 2), stream);
     detail::launch_quantize_dequant(x, act_, m, k_, x_enc_, vllm, deq.get(), stream);
-    // alpha = f32(D_x · D_w) (native); the vLLM flavour has no output factor.
-    const float alpha = vllm ? 1.0f : x_dec_ * w_dec_;
-    if (large) return run_large(deq.get(), m, y, alpha, vllm, stream);
+    if (large) return run_large(deq.get(), m, y, out_factor_, vllm, stream);
     p.x = deq.get();
-    p.out_scale = vllm ? 1.0f : alpha * shift;
+    p.out_scale = vllm ? out_factor_ : out_factor_ * shift;  // only the exact-weight products carry 2^-c
     fused(p, vllm ? detail::Mode::Vllm : detail::Mode::Exact, stream);
   }
 
@@ -305,7 +303,8 @@ class CudaLinearImpl final : public CudaLinear {
   int64_t n_ = 0, k_ = 0, n16_ = 0, kc_ = 0;
   int chunk_rows_ = 128;
   int64_t fused_max_m_ = 64;
-  float w_dec_ = 1.0f, x_enc_ = 1.0f, x_dec_ = 1.0f;
+  float w_dec_ = 1.0f, x_enc_ = 1.0f;
+  float out_factor_ = 1.0f;  // linear_output_factor (D_w, f32(D_x·D_w) or 1)
   DevBuf<uint8_t> wq_, ws_;
   DevBuf<float> bias_;
   BlasHandle* blas_ = nullptr;  // shared by every layer on device_

@@ -129,9 +129,7 @@ std::vector<uint16_t> ordered_oracle(const LinearWeights& w, Semantics s, DType 
         xf[i * k + c] = s == Semantics::W4A4 ? q * sx : round_to(act, q * (sx / w.input_global.enc));
       }
   }
-  float post = 1.0f;
-  if (s == Semantics::W4A16) post = w.weight.global.dec;
-  if (s == Semantics::W4A4) post = w.input_global.dec * w.weight.global.dec;
+  const float post = linear_output_factor(w, s);
   std::vector<uint16_t> y(static_cast<size_t>(m * n));
   std::vector<float> wr(static_cast<size_t>(k));
   for (int64_t r = 0; r < n; ++r) {
