@@ -3,8 +3,8 @@
 // derived bound, on a NaN-poisoned buffer; then CUDA graphs of R calls over R weight copies (R·bytes >
 // 240 MB, so weights come from HBM, not L2), 3 warm-up replays, median of 50 timed replays.
 // Usage: bench_gemm [--quick] [--shapes i,j,...] [--m 1,16,...] [--xover 64,...|none] [--reps 50]
-//                   [--grid-rules 0,1,2] (fused-kernel grid rules, set_fused_grid_rule's numbering; one row
-//                   each for M <= 16; default: the executor's default) [--no-quant]
+//                   [--grid-rules 0,1,2,3] (fused-kernel grid rules, set_fused_grid_rule's numbering; one
+//                   row each on the fused path; default: the executor's default) [--no-quant]
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -299,9 +299,9 @@ int main(int argc, char** argv) {
         if (kMarlinM[i] == m) marlin = sh.marlin_us[i];
       for (int sidx = 0; sidx < 3; ++sidx)
         for (int64_t rule : rules) {
-          // One row per grid rule on the fused path at M <= 16; one row otherwise.
-          const bool fused_path = m <= cuda::default_fused_max_m(sems[sidx], n, k);
-          const bool per_rule = rule >= 0 && fused_path && m <= 16;
+          // One row per grid rule on the fused path; one row otherwise.
+          const bool fused_path = m <= cuda::fused_max_m(*lin[sidx][0]);
+          const bool per_rule = rule >= 0 && fused_path;
           if (!per_rule && rule != rules.front()) continue;
           for (auto& l : lin[sidx]) cuda::set_fused_grid_rule(*l, per_rule ? static_cast<int>(rule) : -1);
           double chk = 0;
@@ -325,12 +325,15 @@ int main(int argc, char** argv) {
           std::fflush(stdout);
         }
     }
-    // Crossover scan (w4a16 and w4a4): fused kernel vs dequantize + cuBLAS.
+    // Crossover scan (w4a16 and w4a4): fused kernel (first grid rule listed) vs dequantize + cuBLAS.
     for (int64_t m : xover)
       for (int sidx : {0, 1}) {
         double us_f, us_l, c1, c2;
+        // fused kernel with the first grid rule listed (or the default)
+        for (auto& l : lin[sidx]) cuda::set_fused_grid_rule(*l, static_cast<int>(rules.front()));
         for (auto& l : lin[sidx]) cuda::set_fused_max_m(*l, 1 << 30);
         us_f = ours(sidx, m, &c1);
+        for (auto& l : lin[sidx]) cuda::set_fused_grid_rule(*l, -1);
         for (auto& l : lin[sidx]) cuda::set_fused_max_m(*l, 0);
         us_l = ours(sidx, m, &c2);
         for (auto& l : lin[sidx]) cuda::set_fused_max_m(*l, -1);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cmath>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -39,7 +40,7 @@ namespace {
 
 constexpr int64_t kWeightChunkBytes = 64ll << 20;  // bound of the dequantized weight tile workspace
 // Grid rule of the fused kernel (set_fused_grid_rule's numbering; docs/PERF.md has the measurements).
-constexpr int kDefaultGridRule = 2;
+constexpr int kDefaultGridRule = 3;
 
 
 template <typename P>
@@ -172,8 +173,9 @@ class CudaLinearImpl final : public CudaLinear {
 
     const int64_t rows = std::max<int64_t>(128, kWeightChunkBytes / (2 * k_) / 128 * 128);
     chunk_rows_ = static_cast<int>(std::min<int64_t>(rows, n16_ * 16));
-    fused_max_m_ = default_fused_max_m(s, n_, k_);
     check_cuda(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+    wgmma_ = detail::wgmma_available(device);
+    fused_max_m_ = default_fused_max_m(s, n_, k_, wgmma_);
     keep_pool_memory(device);
   }
   void set_tile_rows(int rows) {
@@ -182,7 +184,8 @@ class CudaLinearImpl final : public CudaLinear {
     chunk_rows_ = static_cast<int>(std::min<int64_t>(rows, n16_ * 16));
   }
   void set_grid_rule(int r) { grid_rule_ = r; }
-  void set_fused_max_m(int64_t m) { fused_max_m_ = m < 0 ? default_fused_max_m(sem_, n_, k_) : m; }
+  void set_fused_max_m(int64_t m) { fused_max_m_ = m < 0 ? default_fused_max_m(sem_, n_, k_, wgmma_) : m; }
+  int64_t fused_max_m() const { return fused_max_m_; }
   Semantics semantics() const override { return sem_; }
   int64_t out_features() const override { return n_; }
   int64_t in_features() const override { return k_; }
@@ -234,9 +237,10 @@ class CudaLinearImpl final : public CudaLinear {
   }
 
   void fused(detail::GemmParams& p, detail::Mode mode, cudaStream_t stream) const {
+    const int rule = grid_rule_ < 0 ? kDefaultGridRule : grid_rule_;
+    if (p.m > 32 && rule >= 3 && wgmma_) return wgmma(p, mode, rule, stream);
     const int nt = p.m <= 8 ? 1 : p.m <= 16 ? 2 : 4;
     const int64_t mblocks = ceil_div(p.m, 8 * nt);
-    const int rule = grid_rule_ < 0 ? kDefaultGridRule : grid_rule_;
     // Block slots of the whole GPU for a kernel with nw weight tiles per warp (rules 0 and 1 counted 2 per
     // SM for every kernel).
     auto slots = [&](int nw) {
@@ -263,6 +267,35 @@ class CudaLinearImpl final : public CudaLinear {
     if (rule >= 2 && nt <= 2) wk = max_wk;
     p.wk = wk;
     detail::launch_fused_gemm(p, act_, mode, nt, nw, stream);
+  }
+
+  // M > 32 (rule >= 3, sm_90a): the activations permuted into the wgmma kernel's K order, then that kernel;
+  // K split over up to 8 blocks (>= 8 chunks each) where that gives fewer block-rounds x chunks.
+  void wgmma(detail::GemmParams& p, detail::Mode mode, int rule, cudaStream_t stream) const {
+    // rule 3: 256-row blocks (two warpgroups, 2 blocks per SM) on layers of N >= 8192, else 128-row blocks
+    // (one warpgroup, 3 blocks per SM); rules 4-6 force variant 1-3 (gemm.cuh).
+    const int variant = rule >= 4 ? rule - 3 : n_ >= 8192 ? 3 : 2, wgs = variant == 2 ? 1 : 2;
+    int& bps = wgmma_bps_[mode == detail::Mode::Vllm][variant - 1];
+    if (bps == 0) bps = detail::wgmma_blocks_per_sm(act_, mode, variant);
+    const int64_t blocks = ceil_div(p.m, 64) * ceil_div(stored_tiles(n16_) / kTileGroup, 2 * wgs);
+    const int64_t slots = static_cast<int64_t>(bps) * sms_;
+    // K split: the fewest block-rounds x chunks per block (ties: fewer splits), >= 8 chunks per split.
+    int splits = 1;
+    int64_t best = ceil_div(blocks, slots) * kc_;
+    for (int s = 2; s <= 8 && kc_ / s >= 8; ++s) {
+      const int64_t cost = ceil_div(blocks * s, slots) * ceil_div(kc_, s);
+      if (10 * cost < 9 * best) best = cost, splits = s;
+    }
+    p.splits = splits;
+    StreamBuf xp(static_cast<size_t>(p.m * kc_ * 64 * 2), stream);
+    detail::launch_permute_activations(p.x, act_, p.m, static_cast<int>(k_), static_cast<int>(kc_), xp.get(), stream);
+    p.x = xp.get();
+    std::unique_ptr<StreamBuf> part;
+    if (splits > 1) {
+      part = std::make_unique<StreamBuf>(static_cast<size_t>(splits * p.m * n_ * 4), stream);
+      p.partial = reinterpret_cast<float*>(part->get());
+    }
+    detail::launch_wgmma_gemm(p, act_, mode, variant, stream);
   }
 
   // y = T(alpha · x_T · W_Tᵀ) through cuBLAS (f32 compute), weight tiles of chunk_rows_ rows dequantized
@@ -311,6 +344,8 @@ class CudaLinearImpl final : public CudaLinear {
 
   int sms_ = 132;
   int grid_rule_ = -1;
+  bool wgmma_ = false;  // the device runs the sm_90a wgmma kernel
+  mutable int wgmma_bps_[2][3] = {};  // its blocks per SM: [vllm][variant - 1], 0 = not asked yet
   mutable std::mutex mu_;
 };
 
@@ -334,15 +369,19 @@ void set_fused_grid_rule(CudaLinear& l, int rule) { dynamic_cast<CudaLinearImpl&
 void set_weight_tile_rows(CudaLinear& l, int rows) { dynamic_cast<CudaLinearImpl&>(l).set_tile_rows(rows); }
 
 // Largest M on the fused kernel; above it, dequantized weight tiles + cuBLAS (docs/PERF.md, crossover).
-int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k) {
-  // Crossovers measured on H200 with bench_gemm (docs/PERF.md): the exact-weight kernel (w4a16, and w4a4
-  // on its dequantized activations) wins up to M = 64 on small layers and up to 96-128 on large ones; the
-  // vLLM flavour rounds every weight in f32 and loses earlier on N = 4096 layers.
-  if (s != Semantics::W4A4_VLLM) {
-    const int64_t nk = n * k;
-    return nk < (48ll << 20) ? 64 : nk < (200ll << 20) ? 96 : 128;
-  }
+int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k, bool wgmma) {
+  const int64_t nk = n * k;
+  // Hopper: the wgmma kernel (M > 32) reads the weights once per 64 tokens and wins up to M = 128 on small
+  // layers, 192 on mid-size ones and 256 on large ones, in every semantics (the vLLM flavour's per-weight
+  // f32 rounding is shared by 64 tokens).
+  if (wgmma) return nk < (48ll << 20) ? 128 : nk < (200ll << 20) ? 192 : 256;
+  // Elsewhere the decode kernel with 32-token tiles: the exact-weight kernel (w4a16, and w4a4 on its
+  // dequantized activations) wins up to M = 64 on small layers and up to 96-128 on large ones; the vLLM
+  // flavour rounds every weight in f32 and loses earlier on N = 4096 layers.
+  if (s != Semantics::W4A4_VLLM) return nk < (48ll << 20) ? 64 : nk < (200ll << 20) ? 96 : 128;
   return n < 6144 ? 32 : 64;
 }
+
+int64_t fused_max_m(const CudaLinear& l) { return dynamic_cast<const CudaLinearImpl&>(l).fused_max_m(); }
 
 }  // namespace nvfp4::cuda

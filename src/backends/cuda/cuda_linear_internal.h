@@ -21,11 +21,16 @@ void set_weight_tile_rows(CudaLinear& l, int rows);
 
 // Grid rule of the fused kernel (weight tiles per warp, K split): -1 default, 0 the earlier rule (tiles per
 // warp halved until >= 2 blocks per SM), 1 (M <= 16) tiles per warp kept while the largest K split fills >= 90%
-// of one wave, 2 (M <= 16) as 1 counting each kernel's own blocks per SM, always the largest K split
-// (docs/PERF.md).
+// of one wave, 2 (M <= 16) as 1 counting each kernel's own blocks per SM, always the largest K split;
+// 3: as 2, and M > 32 on the Hopper wgmma kernel where the device runs it (rules 0-2, and other devices, run
+// the decode kernel with 32-token tiles there); 4, 5, 6: as 3 with wgmma kernel variant 1, 2, 3 forced
+// (gemm.cuh; measurements) (docs/PERF.md).
 void set_fused_grid_rule(CudaLinear& l, int rule);
 
-// Default crossover (largest M on the fused kernel) for a layer of this shape and semantics.
-int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k);
+// Default crossover (largest M on the fused kernel) for a layer of this shape and semantics, on a device
+// that runs the wgmma kernel (M > 32) or not.
+int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k, bool wgmma);
+// The layer's current crossover.
+int64_t fused_max_m(const CudaLinear& l);
 
 }  // namespace nvfp4::cuda

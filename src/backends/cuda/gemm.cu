@@ -10,87 +10,11 @@
 #include <algorithm>
 #include <type_traits>
 
-#include "backends/cuda/cuda_util.cuh"
 #include "backends/cuda/gemm.cuh"
-#include "backends/cuda/weight_layout.h"
+#include "backends/cuda/mma_frag.cuh"
 
 namespace nvfp4::cuda::detail {
 namespace {
-
-template <typename T>
-__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
-template <>
-__device__ __forceinline__ void mma16816<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                                        uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-template <>
-__device__ __forceinline__ void mma16816<__half>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Streaming 16-byte load (weights are read once per call: keep them out of L1).
-__device__ __forceinline__ uint4 ld_stream(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
-// prmt.b32 in its generic mode: each selector nibble picks a byte (bits 0-2) of {b, a} and, with bit 3 set,
-// replicates that byte's sign bit instead.
-__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
-  uint32_t r;
-  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
-  return r;
-}
-
-// The two exact-mode scale registers of a weight chunk (the lane's 16-bit scale pair: row g in the low byte,
-// row g+8 in the high byte), each S · 2^kScaleShift in both halves, with integer ops and exact T products
-// instead of two f32 conversions: the e4m3 sign goes to bit 15 and its exponent/mantissa bits into T's
-// exponent/mantissa fields, which reads as S · 2^-120 (bf16) or S · 2^-8 (f16), e4m3 subnormals becoming
-// T subnormals, exact; power-of-two products then give S · 2^kScaleShift (bf16: 2^119 twice, f16: 2^15).
-// Finite scales only (0x7F/0xFF would read as 480: weights with NaN scales are refused at load).
-template <typename T>
-__device__ __forceinline__ void exact_scale_pair(uint32_t sv, uint32_t& s_lo, uint32_t& s_hi) {
-  using A = Act<T>;
-  using T2 = typename A::T2;
-  const uint32_t x = prmt(sv, 0u, 0x9180u);  // [S_g, sign(S_g) x8, S_g8, sign(S_g8) x8]
-  T2 v;
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    v = from_u32<T2>((x << 4) & 0x87F087F0u);
-    const T2 k = from_u32<T2>(0x7B007B00u);  // 2^119
-    v = __hmul2(__hmul2(v, k), k);
-  } else {
-    v = from_u32<T2>((x << 7) & 0xBF80BF80u);
-    v = __hmul2(v, from_u32<T2>(0x78007800u));  // 2^15
-  }
-  static_assert(Act<__nv_bfloat16>::kScaleShift == 118 && Act<__half>::kScaleShift == 7,
-                "exact_scale_pair's power-of-two factors assume these scale shifts");
-  const uint32_t u = as_u32(v);
-  s_lo = prmt(u, 0u, 0x1010u);
-  s_hi = prmt(u, 0u, 0x3232u);
-}
-
-// One fragment register from the nibble pair brought to bits 12..15 / 28..31 of q.
-template <typename T, bool kVllm>
-__device__ __forceinline__ uint32_t deq_pair(uint32_t q, uint32_t scale2, float scale_f) {
-  using A = Act<T>;
-  using T2 = typename A::T2;
-  const T2 bits = from_u32<T2>(A::nib_bits(q));
-  if (!kVllm) return as_u32(__hmul2(bits, from_u32<T2>(scale2)));
-  const T2 v = __hmul2(bits, from_u32<T2>(A::nib_unit_bits()));  // exact e2m1 values
-  return as_u32(A::pack(__fmul_rn(A::to_f32(v, 0), scale_f), __fmul_rn(A::to_f32(v, 1), scale_f)));
-}
 
 // The math of one K chunk: weight tiles wv (scales sv) times the activation fragments xv of kNT token tiles.
 template <typename T, bool kVllm, int kNT, int kNW>
@@ -99,19 +23,7 @@ __device__ __forceinline__ void chunk_mma(const uint4 (&wv)[kNW], const uint32_t
   // weight scales of rows g and g+8 of each tile
   uint32_t ws2[kNW][2];
   float wsf[kNW][2];
-#pragma unroll
-  for (int i = 0; i < kNW; ++i) {
-    if constexpr (!kVllm) {
-      exact_scale_pair<T>(sv[i], ws2[i][0], ws2[i][1]);
-      wsf[i][0] = wsf[i][1] = 0.f;
-    } else {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        ws2[i][h] = 0;
-        wsf[i][h] = __fmul_rn(e4m3_to_f32((sv[i] >> (8 * h)) & 0xFF), w_dec);
-      }
-    }
-  }
+  scale_regs<T, kVllm, kNW>(sv, w_dec, ws2, wsf);
 #pragma unroll
   for (int s = 0; s < 4; ++s) {
     uint32_t b[kNT][2];
@@ -127,8 +39,7 @@ __device__ __forceinline__ void chunk_mma(const uint4 (&wv)[kNW], const uint32_t
     for (int i = 0; i < kNW; ++i) {
       const uint32_t q = s == 0 ? wv[i].x : s == 1 ? wv[i].y : s == 2 ? wv[i].z : wv[i].w;
       uint32_t a[4];
-#pragma unroll
-      for (int pp = 0; pp < 4; ++pp) a[pp] = deq_pair<T, kVllm>(q << (4 * pp), ws2[i][pp & 1], wsf[i][pp & 1]);
+      dequant_step<T, kVllm>(q, ws2[i], wsf[i], a);
 #pragma unroll
       for (int j = 0; j < kNT; ++j) mma16816<T>(acc[i][j], a, b[j][0], b[j][1]);
     }
@@ -206,28 +117,6 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, int tile0, int64
     load(a, c + 2 * kU);
     compute(b, c + kU);
   }
-}
-
-// Epilogue of one tile group: y = T(T(acc · out_scale) + bias) for the rows and tokens inside the output.
-template <typename T, int kNT, int kNW>
-__device__ __forceinline__ void store_tiles(const GemmParams& p, int tile0, int64_t m0,
-                                            const float (&acc)[kNW][kNT][4]) {
-  using A = Act<T>;
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  T* y = static_cast<T*>(p.y);
-#pragma unroll
-  for (int i = 0; i < kNW; ++i)
-#pragma unroll
-    for (int j = 0; j < kNT; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int n = (tile0 + i) * 16 + g + 8 * (e >> 1);
-        const int64_t tok = m0 + 8 * j + 2 * t + (e & 1);
-        if (tile0 + i >= p.n16 || n >= p.n || tok >= p.m) continue;
-        T out = A::one(__fmul_rn(acc[i][j][e], p.out_scale));
-        if (p.bias) out = A::one(__fadd_rn(A::back(out), p.bias[n]));
-        y[tok * p.n + n] = out;
-      }
 }
 
 // Block: 8 warps; warp w handles kNW consecutive 16-row weight tiles (sharing the activation fragments) and

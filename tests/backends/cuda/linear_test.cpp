@@ -44,11 +44,12 @@ std::vector<uint16_t> abs_act(DType t, const std::vector<uint16_t>& x) {
 
 // Runs the layer on the GPU with a poisoned output (and poisoned guard rows after it); returns y bits.
 std::vector<uint16_t> run_gpu(const LinearWeights& w, Semantics s, DType t, const std::vector<uint16_t>& x,
-                              int64_t m, int tile_rows = 0, int grid_rule = -1) {
+                              int64_t m, int tile_rows = 0, int grid_rule = -1, int64_t fused_max_m = -1) {
   const int64_t n = w.out_features(), k = w.in_features();
   auto lin = CudaLinear::create(w, s, t, 0);
   if (tile_rows) set_weight_tile_rows(*lin, tile_rows);
   set_fused_grid_rule(*lin, grid_rule);
+  set_fused_max_m(*lin, fused_max_m);
   DeviceBytes dx(static_cast<size_t>(m * k * 2)), dy(static_cast<size_t>((m + 2) * n * 2));
   dx.upload(x.data(), static_cast<size_t>(m * k * 2));
   dy.fill(0xFF);  // NaN in bf16 and fp16
@@ -65,15 +66,26 @@ std::vector<uint16_t> run_gpu(const LinearWeights& w, Semantics s, DType t, cons
   return y;
 }
 
-void check_bound(const LinearWeights& w, Semantics s, DType t, const std::vector<uint16_t>& x, int64_t m,
-                 const std::string& what, int tile_rows = 0, int grid_rule = -1) {
-  const int64_t n = w.out_features(), k = w.in_features();
-  const std::vector<uint16_t> y = run_gpu(w, s, t, x, m, tile_rows, grid_rule);
-  std::vector<double> acc(static_cast<size_t>(m * n)), pabs(static_cast<size_t>(m * n));
-  cpu_linear_reference_f64(w, s, t, x.data(), m, acc.data());
+// The f64 reference of a layer on x: acc (Σ products) and pabs (Σ |products|, the bound's P).
+struct Reference {
+  std::vector<double> acc, pabs;
+};
+Reference reference(const LinearWeights& w, Semantics s, DType t, const std::vector<uint16_t>& x, int64_t m) {
+  const int64_t n = w.out_features();
+  Reference r{std::vector<double>(static_cast<size_t>(m * n)), std::vector<double>(static_cast<size_t>(m * n))};
+  cpu_linear_reference_f64(w, s, t, x.data(), m, r.acc.data());
   const LinearWeights wa = abs_layer(w);
   const std::vector<uint16_t> xa = abs_act(t, x);
-  cpu_linear_reference_f64(wa, s, t, xa.data(), m, pabs.data());
+  cpu_linear_reference_f64(wa, s, t, xa.data(), m, r.pabs.data());
+  return r;
+}
+
+// y (m, N) against the reference within the derived bound, no NaN.
+void check_y(const LinearWeights& w, DType t, int64_t m, const std::vector<uint16_t>& y, const Reference& ref,
+             const std::string& what) {
+  const int64_t n = w.out_features(), k = w.in_features();
+  const std::vector<double>& acc = ref.acc;
+  const std::vector<double>& pabs = ref.pabs;
   int64_t bad = 0, nan = 0;
   double worst = 0.0;
   for (int64_t i = 0; i < m * n; ++i) {
@@ -97,6 +109,11 @@ void check_bound(const LinearWeights& w, Semantics s, DType t, const std::vector
   EXPECT_EQ(nan, 0) << what << ": NaN (unwritten or poisoned) outputs";
   EXPECT_EQ(bad, 0) << what << ": elements outside the bound";
   ::testing::Test::RecordProperty(what, std::to_string(worst));
+}
+
+void check_bound(const LinearWeights& w, Semantics s, DType t, const std::vector<uint16_t>& x, int64_t m,
+                 const std::string& what, int tile_rows = 0, int grid_rule = -1, int64_t fused_max_m = -1) {
+  check_y(w, t, m, run_gpu(w, s, t, x, m, tile_rows, grid_rule, fused_max_m), reference(w, s, t, x, m), what);
 }
 
 std::string label(Semantics s, DType t, int64_t m, int64_t n, int64_t k) {
@@ -135,13 +152,13 @@ TEST(CudaLinear, LargeLayersBothPaths) {
       // Large-M path with many weight tiles (two buffers alternating, side-stream dequantization).
       if (m > 64) check_bound(w, s, t, x, m, label(s, t, m, 1100, 4096) + "/tiles128", 128);
     }
-    // A wide, short layer just above the W4A4 crossover: cuBLAS picks split-K here, whose partial sums must
-    // stay in f32 (this shape once exceeded the bound when cuBLAS reduced them in bf16).
+    // A wide, short layer on the dequantize + cuBLAS path at small M: cuBLAS picks split-K here, whose
+    // partial sums must stay in f32 (this shape once exceeded the bound when cuBLAS reduced them in bf16).
     const LinearWeights wide = random_layer(4100, 1024, scale_range(0x28, 0x5F), 2688.0f / 0.3f, true,
                                             2688.0f / 7.0f, true, t, seed++);
     for (int64_t m : {40, 100}) {
       const auto x = random_activations(t, m, 1024, 1.0f, seed++);
-      check_bound(wide, s, t, x, m, label(s, t, m, 4100, 1024));
+      check_bound(wide, s, t, x, m, label(s, t, m, 4100, 1024) + "/cublas", 0, -1, 0);
     }
   }
   const LinearWeights w = random_layer(1100, 16384, scale_range(0x28, 0x5F), 2688.0f / 0.2f, false, 1.0f, true,
@@ -163,7 +180,10 @@ TEST(CudaLinear, FlavoursAreNotInterchangedOnEitherPath) {
   const LinearWeights w = random_layer(n, k, scale_range(0x28, 0x5F), ct_global_enc(0.37f, t), true,
                                        ct_global_enc(11.3f, t), false, t, 4242);
   const Semantics sems[2] = {Semantics::W4A4, Semantics::W4A4_VLLM};
-  for (int64_t m : {16, 100}) {  // fused kernel, then the dequantize + cuBLAS path
+  // decode kernel, M > 32 fused kernel (wgmma on sm_90), dequantize + cuBLAS path
+  const int64_t runs[][2] = {{16, -1}, {100, 1 << 30}, {100, 0}};
+  for (const auto& run : runs) {
+    const int64_t m = run[0], fused_max_m = run[1];
     const std::vector<uint16_t> x = random_activations(t, m, k, 1.0f, 77 + static_cast<uint32_t>(m));
     std::vector<uint16_t> rounded[2];
     for (int f = 0; f < 2; ++f) {
@@ -175,13 +195,14 @@ TEST(CudaLinear, FlavoursAreNotInterchangedOnEitherPath) {
     for (int64_t i = 0; i < m * n; ++i) apart += rounded[0][i] != rounded[1][i];
     ASSERT_GT(apart, m * n / 4) << "the data does not tell the flavours apart";
     for (int f = 0; f < 2; ++f) {
-      const std::vector<uint16_t> y = run_gpu(w, sems[f], t, x, m);
+      const std::vector<uint16_t> y = run_gpu(w, sems[f], t, x, m, 0, -1, fused_max_m);
       int64_t own = 0, other = 0;
       for (int64_t i = 0; i < m * n; ++i) {
         own += y[i] == rounded[f][i];
         other += y[i] == rounded[1 - f][i];
       }
-      EXPECT_GT(own, other) << semantics_name(sems[f]) << " M=" << m << ": " << own << " outputs match its own "
+      EXPECT_GT(own, other) << semantics_name(sems[f]) << " M=" << m << " fused_max_m=" << fused_max_m << ": "
+                            << own << " outputs match its own "
                             << "flavour, " << other << " the other flavour, of " << m * n;
     }
   }
@@ -203,6 +224,37 @@ TEST(CudaLinear, FusedGridRulesWithinDerivedBound) {
         for (int rule : {0, 1, 2})
           check_bound(w, s, DType::BF16, x, m,
                       label(s, DType::BF16, m, sh[0], sh[1]) + "/grid" + std::to_string(rule), 0, rule);
+      }
+    }
+}
+
+// M > 16 on the fused path (forced): M <= 32 runs the decode kernel's 32-token tiles; above, on sm_90, the
+// wgmma kernel in its three variants (grid rules 4-6: 256-row blocks at 1 and 2 blocks per SM, 128-row
+// blocks) and the default choice (rule 3). Full and partial 64-token blocks, row blocks past the weight
+// (40 rows: one stored tile group of four), K not a multiple of 64 (208: the permuted activations are
+// zero-padded), fewer chunks than ring stages (64, 192), K splits (4100x1024 and 1100x4096 launch few
+// blocks), fp16 too; bit-identical on a second call.
+TEST(CudaLinear, MidMKernelWithinDerivedBoundAndDeterministic) {
+  NVFP4_REQUIRE_GPU();
+  const int64_t shapes[][2] = {{1100, 4096}, {40, 512}, {4100, 1024}, {16, 64}, {16400, 192}, {72, 208}};
+  uint32_t seed = 1700;
+  for (const auto& sh : shapes)
+    for (Semantics s : kAllSemantics) {
+      const DType t = sh[0] == 72 ? DType::F16 : DType::BF16;
+      const LinearWeights w = random_layer(sh[0], sh[1], scale_range(0x28, 0x5F), 2688.0f / 0.3f, true,
+                                           2688.0f / 7.0f, true, t, seed++);
+      for (int64_t m : {17, 32, 33, 64, 65, 130}) {
+        const auto x = random_activations(t, m, sh[1], 1.0f, seed++);
+        const Reference ref = reference(w, s, t, x, m);
+        for (int rule : {3, 4, 5, 6}) {
+          const std::string what = label(s, t, m, sh[0], sh[1]) + "/grid" + std::to_string(rule);
+          const std::vector<uint16_t> y = run_gpu(w, s, t, x, m, 0, rule, 1 << 30);
+          check_y(w, t, m, y, ref, what);
+          if (m == 65) {
+            EXPECT_EQ(run_gpu(w, s, t, x, m, 0, rule, 1 << 30), y) << what << ": two calls differ";
+          }
+          if (m <= 32) break;  // the rules differ only on the wgmma kernel
+        }
       }
     }
 }
