@@ -273,10 +273,10 @@ class CudaLinearImpl final : public CudaLinear {
   // K split over up to 8 blocks (>= 8 chunks each) where that gives fewer block-rounds x chunks.
   void wgmma(detail::GemmParams& p, detail::Mode mode, int rule, cudaStream_t stream) const {
     // rule 3: 256-row blocks (two warpgroups, 2 blocks per SM) on layers of N >= 8192, else 128-row blocks
-    // (one warpgroup, 3 blocks per SM); rules 4-6 force variant 1-3 (gemm.cuh).
-    const int variant = rule >= 4 ? rule - 3 : n_ >= 8192 ? 3 : 2, wgs = variant == 2 ? 1 : 2;
-    int& bps = wgmma_bps_[mode == detail::Mode::Vllm][variant - 1];
-    if (bps == 0) bps = detail::wgmma_blocks_per_sm(act_, mode, variant);
+    // (one warpgroup, 3 blocks per SM); rules 4 and 5 force 128 and 256 rows.
+    const int wgs = rule == 4 ? 1 : rule == 5 ? 2 : n_ >= 8192 ? 2 : 1;
+    int& bps = wgmma_bps_[mode == detail::Mode::Vllm][wgs - 1];
+    if (bps == 0) bps = detail::wgmma_blocks_per_sm(act_, mode, wgs);
     const int64_t blocks = ceil_div(p.m, 64) * ceil_div(stored_tiles(n16_) / kTileGroup, 2 * wgs);
     const int64_t slots = static_cast<int64_t>(bps) * sms_;
     // K split: the fewest block-rounds x chunks per block (ties: fewer splits), >= 8 chunks per split.
@@ -295,7 +295,7 @@ class CudaLinearImpl final : public CudaLinear {
       part = std::make_unique<StreamBuf>(static_cast<size_t>(splits * p.m * n_ * 4), stream);
       p.partial = reinterpret_cast<float*>(part->get());
     }
-    detail::launch_wgmma_gemm(p, act_, mode, variant, stream);
+    detail::launch_wgmma_gemm(p, act_, mode, wgs, stream);
   }
 
   // y = T(alpha · x_T · W_Tᵀ) through cuBLAS (f32 compute), weight tiles of chunk_rows_ rows dequantized
@@ -345,7 +345,7 @@ class CudaLinearImpl final : public CudaLinear {
   int sms_ = 132;
   int grid_rule_ = -1;
   bool wgmma_ = false;  // the device runs the sm_90a wgmma kernel
-  mutable int wgmma_bps_[2][3] = {};  // its blocks per SM: [vllm][variant - 1], 0 = not asked yet
+  mutable int wgmma_bps_[2][2] = {};  // its blocks per SM: [vllm][warpgroups - 1], 0 = not asked yet
   mutable std::mutex mu_;
 };
 
@@ -372,9 +372,10 @@ void set_weight_tile_rows(CudaLinear& l, int rows) { dynamic_cast<CudaLinearImpl
 int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k, bool wgmma) {
   const int64_t nk = n * k;
   // Hopper: the wgmma kernel (M > 32) reads the weights once per 64 tokens and wins up to M = 128 on small
-  // layers, 192 on mid-size ones and 256 on large ones, in every semantics (the vLLM flavour's per-weight
-  // f32 rounding is shared by 64 tokens).
-  if (wgmma) return nk < (48ll << 20) ? 128 : nk < (200ll << 20) ? 192 : 256;
+  // layers, 192 on mid-size ones and 256 on large ones; the vLLM flavour's per-weight f32 rounding makes it
+  // lose from M = 128 on the small and mid-size layers with N >= 6144 (from 96 on 28672x4096, by 6%).
+  if (wgmma && s != Semantics::W4A4_VLLM) return nk < (48ll << 20) ? 128 : nk < (200ll << 20) ? 192 : 256;
+  if (wgmma) return nk < (48ll << 20) ? 64 : nk < (200ll << 20) ? 96 : 128;
   // Elsewhere the decode kernel with 32-token tiles: the exact-weight kernel (w4a16, and w4a4 on its
   // dequantized activations) wins up to M = 64 on small layers and up to 96-128 on large ones; the vLLM
   // flavour rounds every weight in f32 and loses earlier on N = 4096 layers.

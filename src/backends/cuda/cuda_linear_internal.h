@@ -23,8 +23,8 @@ void set_weight_tile_rows(CudaLinear& l, int rows);
 // warp halved until >= 2 blocks per SM), 1 (M <= 16) tiles per warp kept while the largest K split fills >= 90%
 // of one wave, 2 (M <= 16) as 1 counting each kernel's own blocks per SM, always the largest K split;
 // 3: as 2, and M > 32 on the Hopper wgmma kernel where the device runs it (rules 0-2, and other devices, run
-// the decode kernel with 32-token tiles there); 4, 5, 6: as 3 with wgmma kernel variant 1, 2, 3 forced
-// (gemm.cuh; measurements) (docs/PERF.md).
+// the decode kernel with 32-token tiles there); 4, 5: as 3 with the wgmma kernel's 128- or 256-row blocks
+// forced (measurements and tests) (docs/PERF.md).
 void set_fused_grid_rule(CudaLinear& l, int rule);
 
 // Default crossover (largest M on the fused kernel) for a layer of this shape and semantics, on a device

@@ -39,16 +39,15 @@ constexpr int fused_blocks_per_sm(int nt, int nw) { return nt == 1 && nw == 1 ? 
 // (nt = 4 uses at most 2).
 void launch_fused_gemm(const GemmParams& p, DType act, Mode mode, int nt, int nw, cudaStream_t stream);
 
-// Hopper fused GEMM for M > 16 (gemm_wgmma.cu, sm_90a): blocks of wgs warpgroups, each 128 weight rows x 64
-// tokens, wgmma with the dequantized weights as the register A operand; p.splits blocks split K (then
+// Hopper fused GEMM for M > 32 (gemm_wgmma.cu, sm_90a): blocks of wgs (1 or 2) warpgroups, each 128 weight
+// rows x 64 tokens, wgmma with the dequantized weights as the register A operand; p.splits blocks split K (then
 // p.partial holds their f32 sums and a second kernel adds them in order). p.x must be the activations
 // permuted by launch_permute_activations ((m, kc·64) T). wgmma_available: the device is sm_90 and runs this
 // binary's sm_90a code (asked once per device).
 bool wgmma_available(int device);
 void launch_permute_activations(const void* x, DType act, int64_t m, int k, int kc, void* out, cudaStream_t stream);
-// variant: 1 = two warpgroups per block, 2 = one, 3 = two, compiled for 2 blocks per SM (128 registers).
-void launch_wgmma_gemm(const GemmParams& p, DType act, Mode mode, int variant, cudaStream_t stream);
-int wgmma_blocks_per_sm(DType act, Mode mode, int variant);  // on the current device
+void launch_wgmma_gemm(const GemmParams& p, DType act, Mode mode, int wgs, cudaStream_t stream);
+int wgmma_blocks_per_sm(DType act, Mode mode, int wgs);  // on the current device
 
 // Large-M helpers. Dequantize rows [n0, n0+rows) of the prepared weight to T, (rows, K) row-major:
 //   exact modes: e2m1·S;  vLLM: T(e2m1 · f32(S·w_dec)).

@@ -99,8 +99,10 @@ __device__ __forceinline__ void fence_acc(float (&d)[32]) {
 }
 #endif
 
-template <typename T, int kMode, int kWG, int kMinBlocks>
-__global__ void __launch_bounds__(128 * kWG, kMinBlocks) wgmma_gemm_kernel(const GemmParams p) {
+// Two warpgroups are compiled for 2 blocks per SM (128 registers, no spills); one warpgroup takes 158-190
+// registers (2-3 blocks per SM; cudaOccupancy tells the host).
+template <typename T, int kMode, int kWG>
+__global__ void __launch_bounds__(128 * kWG, kWG == 2 ? 2 : 1) wgmma_gemm_kernel(const GemmParams p) {
 #ifdef NVFP4_WGMMA
   constexpr bool kVllm = kMode == static_cast<int>(Mode::Vllm);
   constexpr int kThreads = 128 * kWG, kStageBytes = stage_bytes(kWG), kWBytes = kWG * kWBytesWG;
@@ -287,9 +289,9 @@ __global__ void wgmma_probe_kernel(int* out) {
 #endif
 }
 
-template <typename T, int kMode, int kWG, int kMinBlocks>
+template <typename T, int kMode, int kWG>
 struct Wg {
-  static constexpr auto kernel = wgmma_gemm_kernel<T, kMode, kWG, kMinBlocks>;
+  static constexpr auto kernel = wgmma_gemm_kernel<T, kMode, kWG>;
   static constexpr int kSmem = smem_bytes(kWG);
   // The first call per device raises the kernel's dynamic shared-memory limit (per function and context)
   // and asks its blocks per SM.
@@ -316,28 +318,24 @@ struct Wg {
   }
 };
 
-// variant: 1 = two warpgroups per block, 2 = one, 3 = two, compiled for 2 blocks per SM (128 registers).
 template <typename T, int kMode>
-void launch_mode(const GemmParams* p, int variant, int* bps, cudaStream_t stream) {
+void launch_mode(const GemmParams* p, int wgs, int* bps, cudaStream_t stream) {
   auto go = [&](auto k) {
     using K = decltype(k);
     if (p) K::launch(*p, stream);
     else *bps = K::blocks_per_sm();
   };
-  switch (variant) {
-    case 1: go(Wg<T, kMode, 2, 1>{}); break;
-    case 2: go(Wg<T, kMode, 1, 1>{}); break;
-    default: go(Wg<T, kMode, 2, 2>{}); break;
-  }
+  if (wgs == 1) go(Wg<T, kMode, 1>{});
+  else go(Wg<T, kMode, 2>{});
 }
 
-void dispatch(const GemmParams* p, DType act, Mode mode, int variant, int* bps, cudaStream_t stream) {
+void dispatch(const GemmParams* p, DType act, Mode mode, int wgs, int* bps, cudaStream_t stream) {
   if (act == DType::BF16) {
-    if (mode == Mode::Exact) launch_mode<__nv_bfloat16, 0>(p, variant, bps, stream);
-    else launch_mode<__nv_bfloat16, 1>(p, variant, bps, stream);
+    if (mode == Mode::Exact) launch_mode<__nv_bfloat16, 0>(p, wgs, bps, stream);
+    else launch_mode<__nv_bfloat16, 1>(p, wgs, bps, stream);
   } else {
-    if (mode == Mode::Exact) launch_mode<__half, 0>(p, variant, bps, stream);
-    else launch_mode<__half, 1>(p, variant, bps, stream);
+    if (mode == Mode::Exact) launch_mode<__half, 0>(p, wgs, bps, stream);
+    else launch_mode<__half, 1>(p, wgs, bps, stream);
   }
 }
 
@@ -384,8 +382,8 @@ void launch_permute_activations(const void* x, DType act, int64_t m, int k, int 
   NVFP4_CUDA_CHECK(cudaGetLastError());
 }
 
-void launch_wgmma_gemm(const GemmParams& p, DType act, Mode mode, int variant, cudaStream_t stream) {
-  dispatch(&p, act, mode, variant, nullptr, stream);
+void launch_wgmma_gemm(const GemmParams& p, DType act, Mode mode, int wgs, cudaStream_t stream) {
+  dispatch(&p, act, mode, wgs, nullptr, stream);
   NVFP4_CUDA_CHECK(cudaGetLastError());
   if (p.splits > 1) {
     const unsigned blocks = static_cast<unsigned>(ceil_div(p.m * p.n, 256));
@@ -395,9 +393,9 @@ void launch_wgmma_gemm(const GemmParams& p, DType act, Mode mode, int variant, c
   }
 }
 
-int wgmma_blocks_per_sm(DType act, Mode mode, int variant) {
+int wgmma_blocks_per_sm(DType act, Mode mode, int wgs) {
   int b = 0;
-  dispatch(nullptr, act, mode, variant, &b, nullptr);
+  dispatch(nullptr, act, mode, wgs, &b, nullptr);
   return b;
 }
 
