@@ -5,6 +5,7 @@
 // Usage: bench_gemm [--quick] [--shapes i,j,...] [--m 1,16,...] [--xover 64,...|none] [--reps 50]
 //                   [--grid-rules 0,1,2,3] (fused-kernel grid rules, set_fused_grid_rule's numbering; one
 //                   row each on the fused path; default: the executor's default) [--no-quant]
+//                   [--no-programmatic] (W4A4 decode kernel launched after the quantizer has finished)
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -181,11 +182,13 @@ int main(int argc, char** argv) {
       rules = parse_list(argv[++i]);
     } else if (!std::strcmp(argv[i], "--no-quant")) {
       quant = false;
+    } else if (!std::strcmp(argv[i], "--no-programmatic")) {
+      cuda::set_programmatic_launch(false);
     } else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
       reps = std::atoi(argv[++i]);
     } else {
       std::fprintf(stderr, "usage: bench_gemm [--quick] [--shapes 0,1,..] [--m 1,16,..] [--xover 32,..|none] [--grid-rules 0,1,2] "
-                           "[--no-quant] [--reps N]\n");
+                           "[--no-quant] [--no-programmatic] [--reps N]\n");
       return 2;
     }
   }

@@ -5,6 +5,7 @@
 #include <cublas_v2.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cmath>
 #include <map>
@@ -37,6 +38,9 @@ bool kernels_available(int device, std::string* why) {
 }
 
 namespace {
+
+std::atomic<bool> g_programmatic{true};
+bool programmatic_launch_enabled() { return g_programmatic.load(std::memory_order_relaxed); }
 
 constexpr int64_t kWeightChunkBytes = 64ll << 20;  // bound of the dequantized weight tile workspace
 // Grid rule of the fused kernel (set_fused_grid_rule's numbering; docs/PERF.md has the measurements).
@@ -175,6 +179,9 @@ class CudaLinearImpl final : public CudaLinear {
     chunk_rows_ = static_cast<int>(std::min<int64_t>(rows, n16_ * 16));
     check_cuda(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
     wgmma_ = detail::wgmma_available(device);
+    int major = 0;
+    check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
+    programmatic_ = major >= 9;
     fused_max_m_ = default_fused_max_m(s, n_, k_, wgmma_);
     keep_pool_memory(device);
   }
@@ -217,6 +224,8 @@ class CudaLinearImpl final : public CudaLinear {
     if (large) return run_large(deq.get(), m, y, out_factor_, vllm, stream);
     p.x = deq.get();
     p.out_scale = vllm ? out_factor_ : out_factor_ * shift;  // only the exact-weight products carry 2^-c
+    // The decode kernel may start (and stream its first weights) while the quantizer runs.
+    p.programmatic = programmatic_ && programmatic_launch_enabled();
     fused(p, vllm ? detail::Mode::Vllm : detail::Mode::Exact, stream);
   }
 
@@ -345,6 +354,7 @@ class CudaLinearImpl final : public CudaLinear {
   int sms_ = 132;
   int grid_rule_ = -1;
   bool wgmma_ = false;  // the device runs the sm_90a wgmma kernel
+  bool programmatic_ = false;  // the device has programmatic dependent launch (sm_90+)
   mutable int wgmma_bps_[2][2] = {};  // its blocks per SM: [vllm][warpgroups - 1], 0 = not asked yet
   mutable std::mutex mu_;
 };
@@ -382,6 +392,8 @@ int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k, bool wgmma) {
   if (s != Semantics::W4A4_VLLM) return nk < (48ll << 20) ? 64 : nk < (200ll << 20) ? 96 : 128;
   return n < 6144 ? 32 : 64;
 }
+
+void set_programmatic_launch(bool on) { g_programmatic.store(on, std::memory_order_relaxed); }
 
 int64_t fused_max_m(const CudaLinear& l) { return dynamic_cast<const CudaLinearImpl&>(l).fused_max_m(); }
 

@@ -32,5 +32,8 @@ void set_fused_grid_rule(CudaLinear& l, int rule);
 int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k, bool wgmma);
 // The layer's current crossover.
 int64_t fused_max_m(const CudaLinear& l);
+// W4A4 at M <= 32 launches the decode kernel programmatically after the quantize-dequantize (sm_90+), so that
+// it streams its first weights while the quantizer runs; false turns that off process-wide (measurements).
+void set_programmatic_launch(bool on);
 
 }  // namespace nvfp4::cuda

@@ -79,4 +79,19 @@ template <typename T2> __device__ __forceinline__ T2 from_u32(uint32_t u) { retu
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Programmatic dependent launch (sm_90+; no-ops below): a kernel launched with the programmatic-serialization
+// attribute may start while the previous kernel in the stream still runs, once every block of that kernel
+// has called pdl_launch_dependents (or exited); pdl_wait blocks until the previous kernel has completed and
+// its memory is visible. A kernel launched without the attribute returns from pdl_wait at once.
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
 }  // namespace nvfp4::cuda::detail

@@ -85,10 +85,7 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, int tile0, int64
     uint32_t sv[kU][kNW];
     uint4 xv[kU][kNT][2];  // the lane's 16 activations of token row j
   };
-  auto load = [&](Stage& st, int c) {
-    auto& wv = st.wv;
-    auto& sv = st.sv;
-    auto& xv = st.xv;
+  auto load_weights = [&](Stage& st, int c) {
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const int cu = c + u;
@@ -96,11 +93,18 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, int tile0, int64
       const int64_t off = static_cast<int64_t>(cu - c0) * kChunkStride;
 #pragma unroll
       for (int i = 0; i < kNW; ++i) {
-        wv[u][i] = in ? ld_stream(wp + off + 32 * i) : make_uint4(0, 0, 0, 0);
-        sv[u][i] = in ? sp[off + 32 * i] : 0u;
+        st.wv[u][i] = in ? ld_stream(wp + off + 32 * i) : make_uint4(0, 0, 0, 0);
+        st.sv[u][i] = in ? sp[off + 32 * i] : 0u;
       }
-      load_activations<T, kNT>(p, rows, cu, in, xv[u]);
     }
+  };
+  auto load_acts = [&](Stage& st, int c) {
+#pragma unroll
+    for (int u = 0; u < kU; ++u) load_activations<T, kNT>(p, rows, c + u, c + u < c1, st.xv[u]);
+  };
+  auto load = [&](Stage& st, int c) {
+    load_weights(st, c);
+    load_acts(st, c);
   };
   auto compute = [&](Stage& st, int c) {
 #pragma unroll
@@ -110,7 +114,11 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, int tile0, int64
     }
   };
   Stage a, b;
-  if (c0 < c1) load(a, c0);
+  // The first weights are requested before waiting for the kernel that writes the activations (programmatic
+  // launch after the W4A4 quantize-dequantize; otherwise pdl_wait returns at once).
+  if (c0 < c1) load_weights(a, c0);
+  pdl_wait();
+  if (c0 < c1) load_acts(a, c0);
   for (int c = c0; c < c1; c += 2 * kU) {
     load(b, c + kU);
     compute(a, c);
@@ -143,6 +151,8 @@ __global__ void __launch_bounds__(256, fused_blocks_per_sm(kNT, kNW)) fused_gemm
     const int per = (p.kc + wk - 1) / wk;
     const int c0 = kk * per, c1 = min(p.kc, c0 + per);
     accumulate<T, kMode, kNT, kNW>(p, tile0, m0, c0, c1, acc);
+  } else {
+    pdl_wait();  // y is written below: not before the previous kernel is done with it
   }
 
   if (wk > 1) {
@@ -172,7 +182,20 @@ void launch_kernel(const GemmParams& p, cudaStream_t stream) {
   const int groups_per_block = 8 / p.wk;
   dim3 grid(static_cast<unsigned>(ceil_div(p.m, 8 * kNT)),
             static_cast<unsigned>(ceil_div(ceil_div(p.n16, kNW), groups_per_block)));
-  fused_gemm_kernel<T, kMode, kNT, kNW><<<grid, 256, 0, stream>>>(p);
+  if (!p.programmatic) {
+    fused_gemm_kernel<T, kMode, kNT, kNW><<<grid, 256, 0, stream>>>(p);
+    return;
+  }
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(256);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  NVFP4_CUDA_CHECK(cudaLaunchKernelEx(&cfg, fused_gemm_kernel<T, kMode, kNT, kNW>, p));
 }
 
 template <typename T, int kMode, int kNT>

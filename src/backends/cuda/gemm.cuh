@@ -26,6 +26,7 @@ struct GemmParams {
   float out_scale = 1.0f;           // f32 factor applied to the accumulator before rounding to T
   float w_dec = 1.0f;               // vLLM flavour: D_w
   int wk = 8;                       // warps of a block splitting K (1, 2, 4, 8); 8 / wk weight tiles per block
+  bool programmatic = false;        // decode kernel: programmatic launch after the kernel writing x (sm_90+)
   int splits = 1;                   // wgmma kernel: blocks splitting K (partial sums in `partial`)
   float* partial = nullptr;         // (splits, m, N) f32 when splits > 1
 };

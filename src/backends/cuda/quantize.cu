@@ -117,6 +117,7 @@ template <typename T, bool kVllm, int kG>
 __global__ void __launch_bounds__(256) quantize_dequant_kernel(const T* __restrict__ x, int64_t total, float gs,
                                                                float inv_gs, T* __restrict__ out) {
   using A = Act<T>;
+  pdl_launch_dependents();  // the GEMM that reads `out` may start loading its weights (it waits for us)
   const int64_t g0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kG;
   if (g0 >= total) return;
   const uint4* src = reinterpret_cast<const uint4*>(x) + g0 * 2;
