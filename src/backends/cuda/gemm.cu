@@ -46,6 +46,19 @@ __device__ __forceinline__ void chunk_mma(const uint4 (&wv)[kNW], const uint32_t
   }
 }
 
+// B fragments from each lane's own 16 consecutive K values (16t .. 16t+15): words 2s and 2s+1 are K = 16t + 4s
+// + {0,1} and {2,3}, the columns 2t, 2t+1, 2t+8, 2t+9 of step s in weight_layout.h's mma_column_k.
+constexpr bool lane_holds_its_columns() {
+  for (int s = 0; s < 4; ++s)
+    for (int t = 0; t < 4; ++t)
+      for (int j = 0; j < 2; ++j)
+        if (mma_column_k(s, 2 * t + j) != 16 * t + 4 * s + j ||
+            mma_column_k(s, 2 * t + 8 + j) != 16 * t + 4 * s + 2 + j)
+          return false;
+  return true;
+}
+static_assert(lane_holds_its_columns(), "the decode kernel's activation words must match the fragment columns");
+
 // The lane's 16 activations of chunk c for each token row (zeros past K or when !in).
 template <typename T, int kNT>
 __device__ __forceinline__ void load_activations(const GemmParams& p, const int64_t (&rows)[kNT], int c, bool in,

@@ -9,8 +9,8 @@
 // chunk's four K16 steps (the m64nNk16 A layout is m16n8k16's per warp).
 // The A fragment columns of step s are the K values 16t + 4s + {0,1,2,3} of lane t (weight_layout.h), so the
 // activations are first written permuted (launch_permute_activations): in every 64-wide chunk, position
-// 16s + c holds K(s, c) = 16·(c%8 / 2) + 4s + 2·(c / 8) + c%2, and the B operand of step s is the 32 bytes at
-// 32s of each token row (128-byte rows, 128-byte swizzle, the layout wgmma's descriptor reads).
+// 16s + c holds K = mma_column_k(s, c), and the B operand of step s is the 32 bytes at 32s of each token row
+// (128-byte rows, 128-byte swizzle, the layout wgmma's descriptor reads).
 // Each K chunk passes through a kStages-deep cp.async ring (activations 8 KB, codes 4 KB and scales 512
 // bytes per warpgroup); one __syncthreads per chunk; the chunk's MMAs are issued after its dequantization and
 // waited for before the next chunk (ptxas serializes wgmma whose register operands are written while others
@@ -251,8 +251,9 @@ __global__ void __launch_bounds__(128 * kWG, kWG == 2 ? 2 : 1) wgmma_gemm_kernel
 #endif
 }
 
-// Permuted copy of the activations (see the top of this file): (m, kc·64) T, zeros past K.
-// One thread per 4-byte output word (two values): word w of a chunk is position 2w.
+// Permuted copy of the activations (weight_layout.h's mma_column_k): (m, kc·64) T, zeros past K.
+// One thread per 4-byte output word (two values, K and K+1 for an even column): word w of a chunk is
+// position 2w = 16s + c.
 template <typename T>
 __global__ void permute_kernel(const T* __restrict__ x, int64_t m, int k, int kc, T* __restrict__ out) {
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -260,8 +261,7 @@ __global__ void permute_kernel(const T* __restrict__ x, int64_t m, int k, int kc
   if (idx >= m * words_per_row) return;
   const int64_t row = idx / words_per_row;
   const int wr = static_cast<int>(idx % words_per_row), chunk = wr >> 5, w = wr & 31;
-  const int s = w >> 3, c = 2 * (w & 7);  // position 16s + c, c even
-  const int kx = chunk * 64 + 16 * ((c & 7) >> 1) + 4 * s + 2 * (c >> 3);
+  const int kx = chunk * 64 + mma_column_k(w >> 3, 2 * (w & 7));
   uint32_t v = 0;
   if (kx < k) v = *reinterpret_cast<const uint32_t*>(x + row * k + kx);
   reinterpret_cast<uint32_t*>(out)[idx] = v;

@@ -46,6 +46,13 @@ struct FragmentWeights {
 // kernels use this same definition (nvcc --expt-relaxed-constexpr).
 constexpr int fragment_slot(int p, int j) { return (j ? 7 : 3) - p; }
 
+// The K offset within a chunk that column c (0..15) of the A fragments of MMA step s (0..3) holds: lane t
+// owns columns 2t, 2t+1 (registers 0, 1) and 2t+8, 2t+9 (registers 2, 3), i.e. K = 16t + 4s + {0,1} and
+// 16t + 4s + {2,3}. The activations (the B operand) must be in the same order: the decode kernel loads each
+// lane's 16 consecutive K values itself; the wgmma kernel reads B rows from shared memory, so its activations
+// are first permuted so that position 16s + c of a chunk holds K = mma_column_k(s, c).
+constexpr int mma_column_k(int s, int c) { return 16 * ((c % 8) / 2) + 4 * s + 2 * (c / 8) + c % 2; }
+
 // w: codes (n, k/2) and scales (n, k/16) linear; k % 16 == 0 (throws nvfp4::Error otherwise).
 FragmentWeights make_fragment_weights(const Nvfp4Matrix& w);
 // Inverse: linear codes and scales of the logical (n, k) matrix.

@@ -89,6 +89,33 @@ TEST(CudaWeightLayout, TilesOfAGroupSitSideBySidePerChunk) {
   EXPECT_EQ(nonzero, 2u);
 }
 
+// mma_column_k (the activation order the wgmma kernel permutes into) against the packing itself: a single
+// code at row g, K = mma_column_k(s, c) must land in lane (g, t = (c % 8) / 2), step word s, register
+// p = 2·(c / 8) (row g), slot fragment_slot(p, c % 2); and the 64 (s, c) pairs cover each K of a chunk once.
+TEST(CudaWeightLayout, MmaColumnOrderMatchesThePacking) {
+  std::vector<int> seen(64, 0);
+  for (int s = 0; s < 4; ++s)
+    for (int c = 0; c < 16; ++c) {
+      const int k = mma_column_k(s, c);
+      ASSERT_GE(k, 0);
+      ASSERT_LT(k, 64);
+      ++seen[static_cast<size_t>(k)];
+      const int g = 5;
+      Nvfp4Matrix m;
+      m.resize(16, 64);
+      m.codes[static_cast<size_t>(g * 32 + k / 2)] = static_cast<uint8_t>(k % 2 ? 0x90 : 0x09);  // code 9
+      const FragmentWeights f = make_fragment_weights(m);
+      const int lane = 4 * g + (c % 8) / 2, p = 2 * (c / 8);
+      const uint8_t* b = f.codes.data() + lane * 16 + 4 * s;
+      const uint32_t word = b[0] | (b[1] << 8) | (b[2] << 16) | (static_cast<uint32_t>(b[3]) << 24);
+      EXPECT_EQ(word, 9u << (4 * fragment_slot(p, c % 2))) << "step " << s << " column " << c;
+      size_t nonzero = 0;
+      for (uint8_t byte : f.codes) nonzero += byte != 0;
+      EXPECT_EQ(nonzero, 1u);
+    }
+  for (int k = 0; k < 64; ++k) EXPECT_EQ(seen[static_cast<size_t>(k)], 1) << "k " << k;
+}
+
 TEST(CudaWeightLayout, RejectsKNotMultipleOf16) {
   Nvfp4Matrix m;
   m.rows = 4;
