@@ -281,20 +281,10 @@ class CudaLinearImpl final : public CudaLinear {
   // M > 32 (rule >= 3, sm_90a): the activations permuted into the wgmma kernel's K order, then that kernel;
   // K split over up to 8 blocks (>= 8 chunks each) where that gives fewer block-rounds x chunks.
   void wgmma(detail::GemmParams& p, detail::Mode mode, int rule, cudaStream_t stream) const {
-    // rule 3: 256-row blocks (two warpgroups, 2 blocks per SM) on layers of N >= 8192, else 128-row blocks
-    // (one warpgroup, 3 blocks per SM); rules 4 and 5 force 128 and 256 rows.
-    const int wgs = rule == 4 ? 1 : rule == 5 ? 2 : n_ >= 8192 ? 2 : 1;
+    const int wgs = wgmma_warpgroups(n_, rule);
     int& bps = wgmma_bps_[mode == detail::Mode::Vllm][wgs - 1];
     if (bps == 0) bps = detail::wgmma_blocks_per_sm(act_, mode, wgs);
-    const int64_t blocks = ceil_div(p.m, 64) * ceil_div(stored_tiles(n16_) / kTileGroup, 2 * wgs);
-    const int64_t slots = static_cast<int64_t>(bps) * sms_;
-    // K split: the fewest block-rounds x chunks per block (ties: fewer splits), >= 8 chunks per split.
-    int splits = 1;
-    int64_t best = ceil_div(blocks, slots) * kc_;
-    for (int s = 2; s <= 8 && kc_ / s >= 8; ++s) {
-      const int64_t cost = ceil_div(blocks * s, slots) * ceil_div(kc_, s);
-      if (10 * cost < 9 * best) best = cost, splits = s;
-    }
+    const int splits = wgmma_splits(p.m, n16_, kc_, wgs, static_cast<int64_t>(bps) * sms_);
     p.splits = splits;
     StreamBuf xp(static_cast<size_t>(p.m * kc_ * 64 * 2), stream);
     detail::launch_permute_activations(p.x, act_, p.m, static_cast<int>(k_), static_cast<int>(kc_), xp.get(), stream);
@@ -391,6 +381,20 @@ int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k, bool wgmma) {
   // flavour rounds every weight in f32 and loses earlier on N = 4096 layers.
   if (s != Semantics::W4A4_VLLM) return nk < (48ll << 20) ? 64 : nk < (200ll << 20) ? 96 : 128;
   return n < 6144 ? 32 : 64;
+}
+
+int wgmma_warpgroups(int64_t n, int rule) { return rule == 4 ? 1 : rule == 5 ? 2 : n >= 8192 ? 2 : 1; }
+
+int wgmma_splits(int64_t m, int64_t n16, int64_t kc, int wgs, int64_t slots) {
+  const int64_t blocks = ceil_div(m, 64) * ceil_div(stored_tiles(n16) / kTileGroup, 2 * wgs);
+  slots = std::max<int64_t>(slots, 1);
+  int splits = 1;
+  int64_t best = ceil_div(blocks, slots) * kc;
+  for (int s = 2; s <= 8 && kc / s >= 8; ++s) {
+    const int64_t cost = ceil_div(blocks * s, slots) * ceil_div(kc, s);
+    if (10 * cost < 9 * best) best = cost, splits = s;
+  }
+  return splits;
 }
 
 void set_programmatic_launch(bool on) { g_programmatic.store(on, std::memory_order_relaxed); }

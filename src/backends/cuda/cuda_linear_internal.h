@@ -32,6 +32,13 @@ void set_fused_grid_rule(CudaLinear& l, int rule);
 int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k, bool wgmma);
 // The layer's current crossover.
 int64_t fused_max_m(const CudaLinear& l);
+// The wgmma kernel's grid (host rules, no device needed). Warpgroups per block for grid rule `rule`: 3 (the
+// default) gives 2 (256 rows, 2 blocks per SM) for N >= 8192, else 1 (128 rows); 4 and 5 force 1 and 2.
+int wgmma_warpgroups(int64_t n, int rule);
+// Blocks splitting K (1-8, each >= 8 chunks of 64 when > 1): the fewest block-rounds x chunks per block on
+// `slots` block slots, a split only where it saves >= 10%.
+int wgmma_splits(int64_t m, int64_t n16, int64_t kc, int wgs, int64_t slots);
+
 // W4A4 at M <= 32 launches the decode kernel programmatically after the quantize-dequantize (sm_90+), so that
 // it streams its first weights while the quantizer runs; false turns that off process-wide (measurements).
 void set_programmatic_launch(bool on);
