@@ -229,10 +229,10 @@ TEST(CudaLinear, FusedGridRulesWithinDerivedBound) {
 }
 
 // M > 16 on the fused path (forced): M <= 32 runs the decode kernel's 32-token tiles; above, on sm_90, the
-// wgmma kernel with 128- and 256-row blocks (grid rules 4, 5) and the default choice (rule 3). Full and partial 64-token blocks, row blocks past the weight
-// (40 rows: one stored tile group of four), K not a multiple of 64 (208: the permuted activations are
-// zero-padded), fewer chunks than ring stages (64, 192), K splits (4100x1024 and 1100x4096 launch few
-// blocks), fp16 too; bit-identical on a second call.
+// wgmma kernel with 128- and 256-row blocks (grid rules 4, 5) and the default choice (rule 3). Full and
+// partial 64-token blocks, row blocks past the weight (40 rows: one stored tile group of four), K not a
+// multiple of 64 (208: the permuted activations are zero-padded), fewer chunks than ring stages (64, 192),
+// K splits (4100x1024 and 1100x4096 launch few blocks), fp16 too; bit-identical on a second call.
 TEST(CudaLinear, MidMKernelWithinDerivedBoundAndDeterministic) {
   NVFP4_REQUIRE_GPU();
   const int64_t shapes[][2] = {{1100, 4096}, {40, 512}, {4100, 1024}, {16, 64}, {16400, 192}, {72, 208}};
