@@ -373,7 +373,7 @@ int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k, bool wgmma) {
   const int64_t nk = n * k;
   // Hopper: the wgmma kernel (M > 32) reads the weights once per 64 tokens and wins up to M = 128 on small
   // layers, 192 on mid-size ones and 256 on large ones; the vLLM flavour's per-weight f32 rounding makes it
-  // lose from M = 128 on the small and mid-size layers with N >= 6144 (from 96 on 28672x4096, by 6%).
+  // lose to that flavour's cuBLAS path at M = 128 on 4096x4096, 6144x4096 and 28672x4096 (measured there).
   if (wgmma && s != Semantics::W4A4_VLLM) return nk < (48ll << 20) ? 128 : nk < (200ll << 20) ? 192 : 256;
   if (wgmma) return nk < (48ll << 20) ? 64 : nk < (200ll << 20) ? 96 : 128;
   // Elsewhere the decode kernel with 32-token tiles: the exact-weight kernel (w4a16, and w4a4 on its
