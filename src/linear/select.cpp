@@ -321,6 +321,11 @@ std::string explain_dispatch(const DeviceInfo& dev, const BuildInfo& build, cons
   std::string why;
   o << "native FP4 (cublaslt): " << (native_fp4_possible(dev, build, &why) ? "yes" : "no: " + why) << "\n";
   o << "cuda kernels:          " << (cuda_kernels_possible(dev, build, &why) ? "yes" : "no: " + why) << "\n";
+  if (cuda_kernels_capability(dev, build).ok) {
+    const Capability w = wgmma_kernel_capability(dev, build);
+    o << "  M > 32 (prefill):    "
+      << (w.ok ? "Hopper wgmma kernel" : "decode kernel, 32-token tiles (no wgmma kernel: " + w.brief + ")") << "\n";
+  }
   auto show = [&](const char* name, bool set, const std::string& v, const std::string& from) {
     o << "  " << name << ": " << (set ? v + " (" + from + ")" : "default") << "\n";
   };

@@ -307,6 +307,26 @@ TEST(Select, WarningLoggedOncePerProcessNotPerLayer) {
   EXPECT_EQ(warnings[0], s.warning);
 }
 
+// The kernel the cuda executor runs for M > 32: the wgmma kernel only on 9.0 with sm_90a code in the binary.
+TEST(Select, WgmmaKernelOnlyOnHopperWithSm90aCode) {
+  EXPECT_TRUE(wgmma_kernel_capability(h200(), full_build()).ok);
+  BuildInfo generic90 = full_build();
+  generic90.cuda_archs = {sass(80), sass(90), sass(100, 'a')};
+  const Capability no_a = wgmma_kernel_capability(h200(), generic90);
+  EXPECT_FALSE(no_a.ok);
+  EXPECT_EQ(no_a.brief, "this binary has no sm_90a code");
+  EXPECT_TRUE(cuda_kernels_capability(h200(), generic90).ok);  // the decode kernel still runs
+  const Capability blackwell = wgmma_kernel_capability(b200(), full_build());
+  EXPECT_FALSE(blackwell.ok);
+  EXPECT_EQ(blackwell.brief, "sm_100 is not sm_90");
+  EXPECT_FALSE(wgmma_kernel_capability(DeviceInfo::gpu("NVIDIA A100", 8, 0), full_build()).ok);
+  EXPECT_FALSE(wgmma_kernel_capability(DeviceInfo::cpu(), full_build()).ok);
+  EXPECT_NE(explain_dispatch(h200(), full_build(), {}).find("M > 32 (prefill):    Hopper wgmma kernel"),
+            std::string::npos);
+  EXPECT_NE(explain_dispatch(h200(), generic90, {}).find("no wgmma kernel: this binary has no sm_90a code"),
+            std::string::npos);
+}
+
 TEST(Select, ExplainMentionsDeviceBuildAndBothSchemes) {
   const std::string e = explain_dispatch(h200(), full_build(), {});
   std::printf("%s", e.c_str());

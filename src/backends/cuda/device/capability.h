@@ -78,4 +78,21 @@ inline Capability cuda_kernels_capability(const DeviceInfo& dev, const BuildInfo
   return {};
 }
 
+// The cuda executor's Hopper kernel for M > 32 (backends/cuda/gemm_wgmma.cu: wgmma needs the arch-specific
+// sm_90a target): the cuda kernels run, the device is 9.0 and this binary carries sm_90a SASS. Elsewhere M > 32
+// runs the decode kernel's 32-token tiles (docs/BACKENDS.md, "Kernel paths"). At run time the executor also
+// probes the device once (a kernel that reports whether its sm_90a code ran).
+inline Capability wgmma_kernel_capability(const DeviceInfo& dev, const BuildInfo& build) {
+  const Capability k = cuda_kernels_capability(dev, build);
+  if (!k.ok) return k;
+  if (dev.cc() != 90)
+    return Capability::no(dev.sm_name() + " is not sm_90",
+                          "the wgmma kernel runs on Hopper (9.0) only; this device is " + dev.describe());
+  for (const auto& a : build.cuda_archs)
+    if (a.sm == 90 && a.variant == 'a' && !a.ptx) return {};
+  return Capability::no("this binary has no sm_90a code",
+                        "the wgmma kernel needs sm_90a code; this binary was built for " + build.archs_string() +
+                            " (rebuild with -DNVFP4_CUDA_ARCHS including 90a)");
+}
+
 }  // namespace nvfp4
