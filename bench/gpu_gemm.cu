@@ -5,7 +5,9 @@
 // Usage: bench_gemm [--quick] [--shapes i,j,...] [--m 1,16,...] [--xover 64,...|none] [--reps 50]
 //                   [--grid-rules 0,1,2,3] (fused-kernel grid rules, set_fused_grid_rule's numbering; one
 //                   row each on the fused path; default: the executor's default) [--no-quant]
-//                   [--no-programmatic] (W4A4 decode kernel launched after the quantizer has finished)
+//                   [--no-programmatic] (every kernel launched after the previous one has finished)
+//                   [--splits 1,2,4,8] (wgmma kernel's K split forced; one row each where M > 32 runs it)
+//                   [--tile-mb 16,32,64] (large-M path's dequantized tile size; one row each there)
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -165,6 +167,7 @@ int main(int argc, char** argv) {
   std::vector<int64_t> ms = {1, 16, 128, 1024, 4096};
   std::vector<int64_t> xover = {48, 64, 96, 128, 192};
   std::vector<int64_t> rules = {-1};
+  std::vector<int64_t> splits_list, tile_mbs;
   bool quant = true;
   int reps = 50;
   for (int i = 1; i < argc; ++i) {
@@ -180,6 +183,10 @@ int main(int argc, char** argv) {
       xover = parse_list(argv[++i]);
     } else if (!std::strcmp(argv[i], "--grid-rules") && i + 1 < argc) {
       rules = parse_list(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--splits") && i + 1 < argc) {
+      splits_list = parse_list(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--tile-mb") && i + 1 < argc) {
+      tile_mbs = parse_list(argv[++i]);
     } else if (!std::strcmp(argv[i], "--no-quant")) {
       quant = false;
     } else if (!std::strcmp(argv[i], "--no-programmatic")) {
@@ -188,7 +195,7 @@ int main(int argc, char** argv) {
       reps = std::atoi(argv[++i]);
     } else {
       std::fprintf(stderr, "usage: bench_gemm [--quick] [--shapes 0,1,..] [--m 1,16,..] [--xover 32,..|none] [--grid-rules 0,1,2] "
-                           "[--no-quant] [--no-programmatic] [--reps N]\n");
+                           "[--no-quant] [--no-programmatic] [--splits 1,2,..] [--tile-mb 16,32,..] [--reps N]\n");
       return 2;
     }
   }
@@ -300,23 +307,50 @@ int main(int argc, char** argv) {
       double marlin = 0;
       for (int i = 0; i < 5; ++i)
         if (kMarlinM[i] == m) marlin = sh.marlin_us[i];
-      for (int sidx = 0; sidx < 3; ++sidx)
-        for (int64_t rule : rules) {
-          // One row per grid rule on the fused path; one row otherwise.
-          const bool fused_path = m <= cuda::fused_max_m(*lin[sidx][0]);
-          const bool per_rule = rule >= 0 && fused_path;
-          if (!per_rule && rule != rules.front()) continue;
-          for (auto& l : lin[sidx]) cuda::set_fused_grid_rule(*l, per_rule ? static_cast<int>(rule) : -1);
+      // Row variants: one per grid rule on the fused path, per forced K split where the wgmma kernel runs,
+      // per tile size on the large-M path; one row otherwise.
+      struct Variant {
+        int rule, splits, tile_mb;
+      };
+      std::vector<Variant> variants;
+      for (int64_t r : rules) variants.push_back({static_cast<int>(r), 0, 0});
+      for (int64_t sp : splits_list) variants.push_back({static_cast<int>(rules.front()), static_cast<int>(sp), 0});
+      for (int64_t t : tile_mbs) variants.push_back({static_cast<int>(rules.front()), 0, static_cast<int>(t)});
+      for (int sidx = 0; sidx < 3; ++sidx) {
+        const bool fused_path = m <= cuda::fused_max_m(*lin[sidx][0]);
+        bool printed = false;
+        for (size_t vi = 0; vi < variants.size(); ++vi) {
+          const Variant& v = variants[vi];
+          const bool per_rule = v.rule >= 0 && fused_path && !v.splits && !v.tile_mb;
+          const bool per_split = v.splits > 0 && fused_path && m > 32;
+          const bool per_tile = v.tile_mb > 0 && !fused_path;
+          const bool plain = !v.splits && !v.tile_mb && !per_rule;
+          if (!(per_rule || per_split || per_tile || (plain && !printed))) continue;
+          printed = true;
+          for (auto& l : lin[sidx]) {
+            cuda::set_fused_grid_rule(*l, per_rule || per_split ? v.rule : -1);
+            cuda::set_wgmma_splits(*l, per_split ? v.splits : 0);
+            if (per_tile)
+              cuda::set_weight_tile_rows(*l, static_cast<int>(std::max<int64_t>(16, (int64_t{v.tile_mb} << 20) / (2 * k) / 16 * 16)));
+          }
           double chk = 0;
           const double us = ours(sidx, m, &chk);
-          for (auto& l : lin[sidx]) cuda::set_fused_grid_rule(*l, -1);
+          for (auto& l : lin[sidx]) {
+            cuda::set_fused_grid_rule(*l, -1);
+            cuda::set_wgmma_splits(*l, 0);
+            cuda::set_weight_tile_rows(*l, 0);
+          }
           char path[32];
-          if (!fused_path)
+          if (per_tile)
+            std::snprintf(path, sizeof path, "cublas-t%dMB", v.tile_mb);
+          else if (!fused_path)
             std::snprintf(path, sizeof path, "cublas");
+          else if (per_split)
+            std::snprintf(path, sizeof path, "fused-s%d", v.splits);
           else if (!per_rule)
             std::snprintf(path, sizeof path, "fused");
           else
-            std::snprintf(path, sizeof path, "fused-g%lld", static_cast<long long>(rule));
+            std::snprintf(path, sizeof path, "fused-g%d", v.rule);
           const bool ok = chk <= 1.0;
           all_ok = all_ok && ok;
           char mar[32] = "-";
@@ -327,10 +361,11 @@ int main(int argc, char** argv) {
                       cub / us, mar, path, ok ? "ok" : "FAIL", chk);
           std::fflush(stdout);
         }
+      }
     }
-    // Crossover scan (w4a16 and w4a4): fused kernel (first grid rule listed) vs dequantize + cuBLAS.
+    // Crossover scan (every semantics): fused kernel (first grid rule listed) vs dequantize + cuBLAS.
     for (int64_t m : xover)
-      for (int sidx : {0, 1}) {
+      for (int sidx : {0, 1, 2}) {
         double us_f, us_l, c1, c2;
         // fused kernel with the first grid rule listed (or the default)
         for (auto& l : lin[sidx]) cuda::set_fused_grid_rule(*l, static_cast<int>(rules.front()));

@@ -175,8 +175,7 @@ class CudaLinearImpl final : public CudaLinear {
     check_cuda(cudaGetLastError(), "upload");
     blas_ = &blas_handle(device, "cuda linear '" + w.name + "'");
 
-    const int64_t rows = std::max<int64_t>(128, kWeightChunkBytes / (2 * k_) / 128 * 128);
-    chunk_rows_ = static_cast<int>(std::min<int64_t>(rows, n16_ * 16));
+    set_tile_rows(0);
     check_cuda(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
     wgmma_ = detail::wgmma_available(device);
     int major = 0;
@@ -186,11 +185,13 @@ class CudaLinearImpl final : public CudaLinear {
     keep_pool_memory(device);
   }
   void set_tile_rows(int rows) {
-    NVFP4_CHECK(rows > 0 && rows % 16 == 0, "cuda linear: weight tile rows " + std::to_string(rows) +
-                                                " must be a positive multiple of 16");
+    NVFP4_CHECK(rows >= 0 && rows % 16 == 0, "cuda linear: weight tile rows " + std::to_string(rows) +
+                                                 " must be a positive multiple of 16 (0: the default)");
+    if (rows == 0) rows = static_cast<int>(std::max<int64_t>(128, kWeightChunkBytes / (2 * k_) / 128 * 128));
     chunk_rows_ = static_cast<int>(std::min<int64_t>(rows, n16_ * 16));
   }
   void set_grid_rule(int r) { grid_rule_ = r; }
+  void set_splits(int s) { forced_splits_ = std::max(0, s); }
   void set_fused_max_m(int64_t m) { fused_max_m_ = m < 0 ? default_fused_max_m(sem_, n_, k_, wgmma_) : m; }
   int64_t fused_max_m() const { return fused_max_m_; }
   Semantics semantics() const override { return sem_; }
@@ -208,13 +209,14 @@ class CudaLinearImpl final : public CudaLinear {
     const DeviceGuard guard(device_);
     std::lock_guard<std::mutex> lock(mu_);
     detail::GemmParams p = params(m, y);
+    bool after_quantizer = false;  // the previous kernel is this call's (short) activation quantizer
     const bool large = m > fused_max_m_;
     const float shift = product_unshift(act_);  // 2^c of dequant_bits.h
     if (sem_ == Semantics::W4A16) {
       if (large) return run_large(static_cast<const uint8_t*>(x), m, y, out_factor_, false, stream);
       p.x = x;
       p.out_scale = out_factor_ * shift;
-      return fused(p, detail::Mode::Exact, stream);
+      return fused(p, detail::Mode::Exact, false, stream);
     }
     // W4A4: the activations are quantized and written back dequantized (exact e2m1·sx, or vLLM's
     // T(e2m1·f32(sx/gs_x))), so both paths multiply T operands equal to the ones the semantics defines.
@@ -223,10 +225,9 @@ class CudaLinearImpl final : public CudaLinear {
     detail::launch_quantize_dequant(x, act_, m, k_, x_enc_, vllm, deq.get(), stream);
     if (large) return run_large(deq.get(), m, y, out_factor_, vllm, stream);
     p.x = deq.get();
+    after_quantizer = true;
     p.out_scale = vllm ? out_factor_ : out_factor_ * shift;  // only the exact-weight products carry 2^-c
-    // The decode kernel may start (and stream its first weights) while the quantizer runs.
-    p.programmatic = programmatic_ && programmatic_launch_enabled();
-    fused(p, vllm ? detail::Mode::Vllm : detail::Mode::Exact, stream);
+    fused(p, vllm ? detail::Mode::Vllm : detail::Mode::Exact, after_quantizer, stream);
   }
 
  private:
@@ -242,10 +243,13 @@ class CudaLinearImpl final : public CudaLinear {
     p.n16 = static_cast<int>(n16_);
     p.kc = static_cast<int>(kc_);
     p.w_dec = w_dec_;
+    // The fused kernels may start (and stream their first weights) while the previous kernel in the stream
+    // (the W4A4 quantizer, the kernel that wrote x, or the previous layer) still runs.
+    p.programmatic = programmatic_ && programmatic_launch_enabled();
     return p;
   }
 
-  void fused(detail::GemmParams& p, detail::Mode mode, cudaStream_t stream) const {
+  void fused(detail::GemmParams& p, detail::Mode mode, bool after_quantizer, cudaStream_t stream) const {
     const int rule = grid_rule_ < 0 ? kDefaultGridRule : grid_rule_;
     if (p.m > 32 && rule >= 3 && wgmma_) return wgmma(p, mode, rule, stream);
     const int nt = p.m <= 8 ? 1 : p.m <= 16 ? 2 : 4;
@@ -275,6 +279,10 @@ class CudaLinearImpl final : public CudaLinear {
     while (wk < max_wk && mblocks * ceil_div(groups, 8 / wk) < slots(nw)) wk *= 2;
     if (rule >= 2 && nt <= 2) wk = max_wk;
     p.wk = wk;
+    // Programmatic launch only for grids of >= 90% of a wave, or behind the quantizer: the blocks scheduled
+    // early take the slots that free up first, so a shorter grid behind a full one ends up unevenly spread
+    // over the SMs (4096x4096 at M = 1 behind another layer: 6.2 -> 6.8 µs; docs/PERF.md, change 19).
+    if (!after_quantizer && 10 * mblocks * ceil_div(groups, 8 / wk) < 9 * slots(nw)) p.programmatic = false;
     detail::launch_fused_gemm(p, act_, mode, nt, nw, stream);
   }
 
@@ -284,10 +292,12 @@ class CudaLinearImpl final : public CudaLinear {
     const int wgs = wgmma_warpgroups(n_, rule);
     int& bps = wgmma_bps_[mode == detail::Mode::Vllm][wgs - 1];
     if (bps == 0) bps = detail::wgmma_blocks_per_sm(act_, mode, wgs);
-    const int splits = wgmma_splits(p.m, n16_, kc_, wgs, static_cast<int64_t>(bps) * sms_);
+    const int splits = forced_splits_ > 0 ? static_cast<int>(std::min<int64_t>(forced_splits_, kc_))
+                                          : wgmma_splits(p.m, n_, n16_, kc_, wgs, sms_, bps);
     p.splits = splits;
     StreamBuf xp(static_cast<size_t>(p.m * kc_ * 64 * 2), stream);
-    detail::launch_permute_activations(p.x, act_, p.m, static_cast<int>(k_), static_cast<int>(kc_), xp.get(), stream);
+    detail::launch_permute_activations(p.x, act_, p.m, static_cast<int>(k_), static_cast<int>(kc_), xp.get(),
+                                       p.programmatic, stream);
     p.x = xp.get();
     std::unique_ptr<StreamBuf> part;
     if (splits > 1) {
@@ -343,6 +353,7 @@ class CudaLinearImpl final : public CudaLinear {
 
   int sms_ = 132;
   int grid_rule_ = -1;
+  int forced_splits_ = 0;  // wgmma kernel's K split, 0 = wgmma_splits
   bool wgmma_ = false;  // the device runs the sm_90a wgmma kernel
   bool programmatic_ = false;  // the device has programmatic dependent launch (sm_90+)
   mutable int wgmma_bps_[2][2] = {};  // its blocks per SM: [vllm][warpgroups - 1], 0 = not asked yet
@@ -366,6 +377,8 @@ void set_fused_max_m(CudaLinear& l, int64_t fused_max_m) {
 
 void set_fused_grid_rule(CudaLinear& l, int rule) { dynamic_cast<CudaLinearImpl&>(l).set_grid_rule(rule); }
 
+void set_wgmma_splits(CudaLinear& l, int splits) { dynamic_cast<CudaLinearImpl&>(l).set_splits(splits); }
+
 void set_weight_tile_rows(CudaLinear& l, int rows) { dynamic_cast<CudaLinearImpl&>(l).set_tile_rows(rows); }
 
 // Largest M on the fused kernel; above it, dequantized weight tiles + cuBLAS (docs/PERF.md, crossover).
@@ -373,9 +386,10 @@ int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k, bool wgmma) {
   const int64_t nk = n * k;
   // Hopper: the wgmma kernel (M > 32) reads the weights once per 64 tokens and wins up to M = 128 on small
   // layers, 192 on mid-size ones and 256 on large ones; the vLLM flavour's per-weight f32 rounding makes it
-  // lose to that flavour's cuBLAS path at M = 128 on 4096x4096, 6144x4096 and 28672x4096 (measured there).
+  // lose to that flavour's cuBLAS path from M = 96 on 4096x4096 and 6144x4096 and from 192 on the mid-size
+  // layers (measured there).
   if (wgmma && s != Semantics::W4A4_VLLM) return nk < (48ll << 20) ? 128 : nk < (200ll << 20) ? 192 : 256;
-  if (wgmma) return nk < (48ll << 20) ? 64 : nk < (200ll << 20) ? 96 : 128;
+  if (wgmma) return nk < (48ll << 20) ? 64 : 128;
   // Elsewhere the decode kernel with 32-token tiles: the exact-weight kernel (w4a16, and w4a4 on its
   // dequantized activations) wins up to M = 64 on small layers and up to 96-128 on large ones; the vLLM
   // flavour rounds every weight in f32 and loses earlier on N = 4096 layers.
@@ -385,14 +399,25 @@ int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k, bool wgmma) {
 
 int wgmma_warpgroups(int64_t n, int rule) { return rule == 4 ? 1 : rule == 5 ? 2 : n >= 8192 ? 2 : 1; }
 
-int wgmma_splits(int64_t m, int64_t n16, int64_t kc, int wgs, int64_t slots) {
+double wgmma_time_us(int64_t m, int64_t n, int64_t n16, int64_t kc, int wgs, int sms, int bps, int splits) {
+  // µs per K chunk of one round of blocks (all slots busy), and the f32 partial sums' rate (H200, 2026-11-30).
+  const double chunk_us = wgs == 2 ? 1.46 : 0.9, partial_bytes_per_us = 3.0e6, reduce_launch_us = 2.0;
   const int64_t blocks = ceil_div(m, 64) * ceil_div(stored_tiles(n16) / kTileGroup, 2 * wgs);
-  slots = std::max<int64_t>(slots, 1);
+  // Rounds: the busiest SM's blocks over the blocks it runs at once (a ragged last round costs its share).
+  const int64_t per_sm = ceil_div(blocks * splits, std::max(sms, 1));
+  const double rounds = std::max(1.0, static_cast<double>(per_sm) / std::max(bps, 1));
+  double t = rounds * static_cast<double>(ceil_div(kc, splits)) * chunk_us;
+  if (splits > 1)  // written and read once, then y written
+    t += static_cast<double>(m * n) * (8.0 * splits + 2.0) / partial_bytes_per_us + reduce_launch_us;
+  return t;
+}
+
+int wgmma_splits(int64_t m, int64_t n, int64_t n16, int64_t kc, int wgs, int sms, int bps) {
   int splits = 1;
-  int64_t best = ceil_div(blocks, slots) * kc;
+  double best = wgmma_time_us(m, n, n16, kc, wgs, sms, bps, 1);
   for (int s = 2; s <= 8 && kc / s >= 8; ++s) {
-    const int64_t cost = ceil_div(blocks * s, slots) * ceil_div(kc, s);
-    if (10 * cost < 9 * best) best = cost, splits = s;
+    const double t = wgmma_time_us(m, n, n16, kc, wgs, sms, bps, s);
+    if (t < 0.95 * best) best = t, splits = s;
   }
   return splits;
 }

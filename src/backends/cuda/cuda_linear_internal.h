@@ -16,7 +16,8 @@ std::unique_ptr<CudaLinear> create_prepared(const LinearWeights& w, const Fragme
 // A negative value restores the default crossover.
 void set_fused_max_m(CudaLinear& l, int64_t fused_max_m);
 
-// Rows per dequantized weight tile of the large-M path (a multiple of 16; default: 64 MB per tile).
+// Rows per dequantized weight tile of the large-M path (a multiple of 16; 0 restores the default, 64 MB per
+// tile).
 void set_weight_tile_rows(CudaLinear& l, int rows);
 
 // Grid rule of the fused kernel (weight tiles per warp, K split): -1 default, 0 the earlier rule (tiles per
@@ -35,12 +36,21 @@ int64_t fused_max_m(const CudaLinear& l);
 // The wgmma kernel's grid (host rules, no device needed). Warpgroups per block for grid rule `rule`: 3 (the
 // default) gives 2 (256 rows, 2 blocks per SM) for N >= 8192, else 1 (128 rows); 4 and 5 force 1 and 2.
 int wgmma_warpgroups(int64_t n, int rule);
-// Blocks splitting K (1-8, each >= 8 chunks of 64 when > 1): the fewest block-rounds x chunks per block on
-// `slots` block slots, a split only where it saves >= 10%.
-int wgmma_splits(int64_t m, int64_t n16, int64_t kc, int wgs, int64_t slots);
+// Estimated µs of the wgmma kernel with K split over `splits` blocks, on `sms` SMs running `bps` blocks each at
+// once: rounds (the busiest SM's blocks / bps, at least 1) x chunks per block x the measured time of one chunk
+// of a full round (1.46 µs for 256-row blocks, 0.9 for 128-row ones, H200), plus, when split, the f32 partial
+// sums written and read (8·splits·M·N bytes) and y written at 3 TB/s and the reduction's launch (2 µs).
+double wgmma_time_us(int64_t m, int64_t n, int64_t n16, int64_t kc, int wgs, int sms, int bps, int splits);
+// Blocks splitting K (1-8, each >= 8 chunks of 64 when > 1): the smallest wgmma_time_us, a split only where it
+// saves >= 5% over the best with fewer.
+int wgmma_splits(int64_t m, int64_t n, int64_t n16, int64_t kc, int wgs, int sms, int bps);
+// Forces the wgmma kernel's K split (blocks per K range; at most the chunk count); 0 restores wgmma_splits.
+void set_wgmma_splits(CudaLinear& l, int splits);
 
-// W4A4 at M <= 32 launches the decode kernel programmatically after the quantize-dequantize (sm_90+), so that
-// it streams its first weights while the quantizer runs; false turns that off process-wide (measurements).
+// The fused paths launch their kernels programmatically (sm_90+): each may be scheduled while the previous
+// kernel in the stream still runs and streams its first weights before it waits for that kernel (the W4A4
+// quantizer, the kernel that wrote x, the previous layer's GEMM if it is one of these); false turns that off
+// process-wide (measurements).
 void set_programmatic_launch(bool on);
 
 }  // namespace nvfp4::cuda

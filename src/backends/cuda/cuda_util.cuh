@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "backends/cuda/dequant_bits.h"
 #include "common/error.h"
@@ -92,6 +93,29 @@ __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...), launched with the programmatic-serialization attribute when
+// `programmatic` (sm_90+): the kernel must pdl_wait before it reads what earlier kernels write or writes what
+// they read.
+template <typename... P, typename... A>
+void launch_maybe_programmatic(bool programmatic, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+                               cudaStream_t stream, A&&... args) {
+  if (!programmatic) {
+    kernel<<<grid, block, smem, stream>>>(std::forward<A>(args)...);
+    return;
+  }
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  NVFP4_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...));
 }
 
 }  // namespace nvfp4::cuda::detail

@@ -127,10 +127,14 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, int tile0, int64
     }
   };
   Stage a, b;
-  // The first weights are requested before waiting for the kernel that writes the activations (programmatic
-  // launch after the W4A4 quantize-dequantize; otherwise pdl_wait returns at once).
+  // The first weights are requested before waiting for the previous kernel in the stream (programmatic launch:
+  // it may still be writing the activations or reading y; otherwise pdl_wait returns at once).
   if (c0 < c1) load_weights(a, c0);
   pdl_wait();
+  // The next kernel in the stream, if launched programmatically, may now be scheduled and stream its first
+  // weights while this grid's last blocks run (it waits for this grid before it touches activations or y).
+  // Not before our own wait: then at most one grid waits ahead of the running one.
+  pdl_launch_dependents();
   if (c0 < c1) load_acts(a, c0);
   for (int c = c0; c < c1; c += 2 * kU) {
     load(b, c + kU);
@@ -166,6 +170,7 @@ __global__ void __launch_bounds__(256, fused_blocks_per_sm(kNT, kNW)) fused_gemm
     accumulate<T, kMode, kNT, kNW>(p, tile0, m0, c0, c1, acc);
   } else {
     pdl_wait();  // y is written below: not before the previous kernel is done with it
+    pdl_launch_dependents();
   }
 
   if (wk > 1) {
@@ -195,20 +200,7 @@ void launch_kernel(const GemmParams& p, cudaStream_t stream) {
   const int groups_per_block = 8 / p.wk;
   dim3 grid(static_cast<unsigned>(ceil_div(p.m, 8 * kNT)),
             static_cast<unsigned>(ceil_div(ceil_div(p.n16, kNW), groups_per_block)));
-  if (!p.programmatic) {
-    fused_gemm_kernel<T, kMode, kNT, kNW><<<grid, 256, 0, stream>>>(p);
-    return;
-  }
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(256);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  NVFP4_CUDA_CHECK(cudaLaunchKernelEx(&cfg, fused_gemm_kernel<T, kMode, kNT, kNW>, p));
+  launch_maybe_programmatic(p.programmatic, fused_gemm_kernel<T, kMode, kNT, kNW>, grid, dim3(256), 0, stream, p);
 }
 
 template <typename T, int kMode, int kNT>

@@ -26,7 +26,7 @@ struct GemmParams {
   float out_scale = 1.0f;           // f32 factor applied to the accumulator before rounding to T
   float w_dec = 1.0f;               // vLLM flavour: D_w
   int wk = 8;                       // warps of a block splitting K (1, 2, 4, 8); 8 / wk weight tiles per block
-  bool programmatic = false;        // decode kernel: programmatic launch after the kernel writing x (sm_90+)
+  bool programmatic = false;        // programmatic launch after the previous kernel in the stream (sm_90+)
   int splits = 1;                   // wgmma kernel: blocks splitting K (partial sums in `partial`)
   float* partial = nullptr;         // (splits, m, N) f32 when splits > 1
 };
@@ -46,7 +46,8 @@ void launch_fused_gemm(const GemmParams& p, DType act, Mode mode, int nt, int nw
 // permuted by launch_permute_activations ((m, kc·64) T). wgmma_available: the device is sm_90 and runs this
 // binary's sm_90a code (asked once per device).
 bool wgmma_available(int device);
-void launch_permute_activations(const void* x, DType act, int64_t m, int k, int kc, void* out, cudaStream_t stream);
+void launch_permute_activations(const void* x, DType act, int64_t m, int k, int kc, void* out, bool programmatic,
+                                cudaStream_t stream);
 void launch_wgmma_gemm(const GemmParams& p, DType act, Mode mode, int wgs, cudaStream_t stream);
 int wgmma_blocks_per_sm(DType act, Mode mode, int wgs);  // on the current device
 

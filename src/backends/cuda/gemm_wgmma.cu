@@ -128,7 +128,7 @@ __global__ void __launch_bounds__(128 * kWG, kWG == 2 ? 2 : 1) wgmma_gemm_kernel
   }
   constexpr int kChunkStride = kTileGroup * 32;
 
-  auto load = [&](int slot, int c) {
+  auto load_x = [&](int slot, int c) {
     const uint32_t st = base + slot * kStageBytes;
 #pragma unroll
     for (int i = 0; i < kTok * 8 / kThreads; ++i) {
@@ -137,6 +137,9 @@ __global__ void __launch_bounds__(128 * kWG, kWG == 2 ? 2 : 1) wgmma_gemm_kernel
       const T* src = in ? x + (m0 + row) * kp + c * 64 + q * 8 : x;
       cp_async16(st + row * 128 + ((q ^ (row & 7)) << 4), src, in ? 16u : 0u);
     }
+  };
+  auto load_w = [&](int slot, int c) {
+    const uint32_t st = base + slot * kStageBytes;
 #pragma unroll
     for (int b = 0; b < kMT; ++b) {
       const int64_t off = wblock[b] + static_cast<int64_t>(c) * kChunkStride;
@@ -152,6 +155,10 @@ __global__ void __launch_bounds__(128 * kWG, kWG == 2 ? 2 : 1) wgmma_gemm_kernel
     }
   };
   static_assert(kMT == 2, "the scale copy assigns half a warp per row block");
+  auto load = [&](int slot, int c) {
+    load_x(slot, c);
+    load_w(slot, c);
+  };
 
   float acc[kMT][32];
 #pragma unroll
@@ -207,9 +214,16 @@ __global__ void __launch_bounds__(128 * kWG, kWG == 2 ? 2 : 1) wgmma_gemm_kernel
     cp_async_commit();
   };
 
+  // Prologue: the first chunks' weights are requested before waiting for the previous kernel (programmatic
+  // launch after the permutation: it may still be writing the activations; the first group then holds them).
+#pragma unroll
+  for (int s = 0; s < kAhead; ++s)
+    if (s < nc) load_w(s, c0 + s);
+  pdl_wait();
+  pdl_launch_dependents();  // the K-split reduction or the next kernel may be scheduled (and wait for us)
 #pragma unroll
   for (int s = 0; s < kAhead; ++s) {
-    if (s < nc) load(s, c0 + s);
+    if (s < nc) load_x(s, c0 + s);
     cp_async_commit();
   }
   for (int i = 0; i < nc; ++i) {
@@ -256,6 +270,8 @@ __global__ void __launch_bounds__(128 * kWG, kWG == 2 ? 2 : 1) wgmma_gemm_kernel
 // position 2w = 16s + c.
 template <typename T>
 __global__ void permute_kernel(const T* __restrict__ x, int64_t m, int k, int kc, T* __restrict__ out) {
+  pdl_wait();               // x is written by the previous kernel
+  pdl_launch_dependents();  // the wgmma kernel may start loading weights
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t words_per_row = static_cast<int64_t>(kc) * 32;
   if (idx >= m * words_per_row) return;
@@ -271,6 +287,8 @@ __global__ void permute_kernel(const T* __restrict__ x, int64_t m, int k, int kc
 template <typename T>
 __global__ void splitk_reduce_kernel(const GemmParams p) {
   using A = Act<T>;
+  pdl_wait();  // the partial sums
+  pdl_launch_dependents();
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t total = p.m * p.n;
   if (idx >= total) return;
@@ -314,7 +332,7 @@ struct Wg {
     const int64_t groups = stored_tiles(p.n16) / kTileGroup;
     dim3 grid(static_cast<unsigned>(ceil_div(p.m, kTok)), static_cast<unsigned>(ceil_div(groups, kWG * kMT)),
               static_cast<unsigned>(p.splits));
-    kernel<<<grid, 128 * kWG, kSmem, stream>>>(p);
+    launch_maybe_programmatic(p.programmatic, kernel, grid, dim3(128 * kWG), kSmem, stream, p);
   }
 };
 
@@ -369,16 +387,16 @@ bool wgmma_available(int device) {
   return s == 1;
 }
 
-void launch_permute_activations(const void* x, DType act, int64_t m, int k, int kc, void* out,
+void launch_permute_activations(const void* x, DType act, int64_t m, int k, int kc, void* out, bool programmatic,
                                 cudaStream_t stream) {
   const int64_t words = m * kc * 32;
-  const unsigned blocks = static_cast<unsigned>(ceil_div(words, 256));
+  const dim3 blocks(static_cast<unsigned>(ceil_div(words, 256)));
   if (act == DType::BF16)
-    permute_kernel<__nv_bfloat16><<<blocks, 256, 0, stream>>>(static_cast<const __nv_bfloat16*>(x), m, k, kc,
-                                                              static_cast<__nv_bfloat16*>(out));
+    launch_maybe_programmatic(programmatic, permute_kernel<__nv_bfloat16>, blocks, dim3(256), 0, stream,
+                              static_cast<const __nv_bfloat16*>(x), m, k, kc, static_cast<__nv_bfloat16*>(out));
   else
-    permute_kernel<__half><<<blocks, 256, 0, stream>>>(static_cast<const __half*>(x), m, k, kc,
-                                                       static_cast<__half*>(out));
+    launch_maybe_programmatic(programmatic, permute_kernel<__half>, blocks, dim3(256), 0, stream,
+                              static_cast<const __half*>(x), m, k, kc, static_cast<__half*>(out));
   NVFP4_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -386,9 +404,11 @@ void launch_wgmma_gemm(const GemmParams& p, DType act, Mode mode, int wgs, cudaS
   dispatch(&p, act, mode, wgs, nullptr, stream);
   NVFP4_CUDA_CHECK(cudaGetLastError());
   if (p.splits > 1) {
-    const unsigned blocks = static_cast<unsigned>(ceil_div(p.m * p.n, 256));
-    if (act == DType::BF16) splitk_reduce_kernel<__nv_bfloat16><<<blocks, 256, 0, stream>>>(p);
-    else splitk_reduce_kernel<__half><<<blocks, 256, 0, stream>>>(p);
+    const dim3 blocks(static_cast<unsigned>(ceil_div(p.m * p.n, 256)));
+    if (act == DType::BF16)
+      launch_maybe_programmatic(p.programmatic, splitk_reduce_kernel<__nv_bfloat16>, blocks, dim3(256), 0, stream, p);
+    else
+      launch_maybe_programmatic(p.programmatic, splitk_reduce_kernel<__half>, blocks, dim3(256), 0, stream, p);
     NVFP4_CUDA_CHECK(cudaGetLastError());
   }
 }

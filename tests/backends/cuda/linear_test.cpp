@@ -403,6 +403,58 @@ TEST(CudaLinear, LayersOnSeveralThreadsShareTheCublasHandle) {
   }
 }
 
+// Two layers back to back on one stream, the second reading the first's output: on sm_90 the second layer's
+// kernels are launched programmatically and start streaming weights while the first still runs, so they must
+// wait for it before reading their input. The intermediate buffer is poisoned (NaN) before each pair: a read
+// before the first layer's writes shows as NaN or a changed output. Every path of the second layer (decode
+// kernel with 8- and 16-token tiles, the wgmma kernel and its permutation, the K-split reduction, the W4A4
+// quantizer in front) must give, bit for bit, the output of a call made after a full synchronization.
+TEST(CudaLinear, ChainedLayersWaitForTheirInput) {
+  NVFP4_REQUIRE_GPU();
+  const DType t = DType::BF16;
+  const int64_t k = 4096, n1 = 4096, n2 = 1024;
+  const LinearWeights w1 = random_layer(n1, k, scale_range(0x28, 0x5F), 2688.0f / 0.3f, true, 2688.0f / 7.0f,
+                                        false, t, 4100);
+  auto l1 = CudaLinear::create(w1, Semantics::W4A16, t, 0);
+  cudaStream_t st = nullptr;
+  CUDA_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  uint32_t seed = 4200;
+  for (Semantics s : kAllSemantics) {
+    const LinearWeights w2 = random_layer(n2, n1, scale_range(0x28, 0x5F), 2688.0f / 0.3f, true,
+                                          2688.0f / 7.0f, true, t, seed++);
+    auto l2 = CudaLinear::create(w2, s, t, 0);
+    for (int64_t m : {1, 16, 48, 100}) {
+      const std::string what = std::string(semantics_name(s)) + "/m" + std::to_string(m);
+      const auto x = random_activations(t, m, k, 1.0f, seed++);
+      const size_t hb = static_cast<size_t>(m * n1 * 2), yb = static_cast<size_t>(m * n2 * 2);
+      DeviceBytes dx(static_cast<size_t>(m * k * 2)), dh(hb), dy(yb);
+      dx.upload(x.data(), static_cast<size_t>(m * k * 2));
+      // Reference: the two calls with a full synchronization between them.
+      l1->run(dx.p, m, dh.p, nullptr);
+      CUDA_OK(cudaDeviceSynchronize());
+      l2->run(dh.p, m, dy.p, nullptr);
+      CUDA_OK(cudaDeviceSynchronize());
+      std::vector<uint16_t> want(static_cast<size_t>(m * n2)), got(want.size());
+      dy.download(want.data(), yb);
+      int64_t nan = 0;
+      for (uint16_t v : want) nan += std::isnan(from_bits16(t, v));
+      ASSERT_EQ(nan, 0) << what << ": reference output has NaN";
+      int64_t differ = 0;
+      for (int rep = 0; rep < 5; ++rep) {
+        CUDA_OK(cudaMemsetAsync(dh.p, 0xFF, hb, st));
+        CUDA_OK(cudaMemsetAsync(dy.p, 0xFF, yb, st));
+        l1->run(dx.p, m, dh.p, st);
+        l2->run(dh.p, m, dy.p, st);
+        CUDA_OK(cudaStreamSynchronize(st));
+        dy.download(got.data(), yb);
+        differ += got != want;
+      }
+      EXPECT_EQ(differ, 0) << what << ": " << differ << " of 5 chained calls differ from the synchronized one";
+    }
+  }
+  cudaStreamDestroy(st);
+}
+
 // kernels_available answers by capability.h's rule (the dispatch table's): no device is a "no" with the reason,
 // on any machine; a usable device is a "yes" that clears the reason.
 TEST(CudaLinear, KernelsAvailableSaysWhyNot) {

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <string>
 
+#include "backends/cuda/cuda_util.cuh"
 #include "common/error.h"
 
 namespace nvfp4::cuda_ops {
@@ -80,7 +81,10 @@ __global__ void k_embed(const float* table, const int32_t* ids, int64_t n, int64
   x[i] = table[static_cast<int64_t>(ids[r]) * h + c];
 }
 
+// Writes the input of the next NVFP4 linear, whose kernels are launched programmatically: it may start
+// streaming its weights now (it waits for this grid before it reads `out`).
 __global__ void k_to_bits(const float* x, int64_t n, int t, uint16_t* out) {
+  nvfp4::cuda::detail::pdl_launch_dependents();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   out[i] = t == 1 ? bf16_bits(x[i]) : __half_as_ushort(__float2half_rn(x[i]));
