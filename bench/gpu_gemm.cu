@@ -260,7 +260,7 @@ int main(int argc, char** argv) {
     w.weight.global = GlobalScale::from_enc(2688.0f / 0.05f);
     w.has_input_scale = true;
     w.input_global = GlobalScale::from_enc(2688.0f / 8.0f);
-    const cuda::FragmentWeights f = cuda::make_fragment_weights(w.weight);
+    const cuda::FragmentWeights f = cuda::make_fragment_weights(w.weight, DType::BF16);
     const double wbytes = n * k * 0.5625;
     const int R = static_cast<int>(std::ceil(kRotateBytes / wbytes));
     const int Rb = static_cast<int>(std::ceil(kRotateBytes / (n * k * 2.0)));

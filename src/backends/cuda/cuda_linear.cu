@@ -155,9 +155,11 @@ class CudaLinearImpl final : public CudaLinear {
     const DeviceGuard guard(device);
 
     FragmentWeights own;
-    if (!prepared) own = make_fragment_weights(w.weight);
+    if (!prepared) own = make_fragment_weights(w.weight, act);
     const FragmentWeights& f = prepared ? *prepared : own;
     NVFP4_CHECK(f.n == w.weight.rows && f.k == w.weight.cols, "cuda linear '" + w.name + "': prepared weight shape mismatch");
+    NVFP4_CHECK(f.act == act, "cuda linear '" + w.name + "': prepared weight laid out for " + dtype_name(f.act) +
+                                  " activations, the layer runs " + dtype_name(act));
     // The kernels build exact scale registers with integer operations, which read a NaN scale as a number.
     const auto nan_scales = std::count_if(f.scales.begin(), f.scales.end(), [](uint8_t b) { return (b & 0x7F) == 0x7F; });
     NVFP4_CHECK(nan_scales == 0, "cuda linear '" + w.name + "': weight_scale holds " + std::to_string(nan_scales) +

@@ -48,9 +48,7 @@ __device__ __forceinline__ float e2m1_to_f32(uint32_t code) {
 template <typename T> struct Act;
 template <> struct Act<__nv_bfloat16> {
   using T2 = __nv_bfloat162;
-  // A byte-pair register holding nibbles at slots (3-p, 7-p) shifted so that slot 3 / 7 are in place:
-  // bits 12..15 and 28..31. Output: bf16x2 whose value is e2m1 · 2^-126.
-  static __device__ __forceinline__ uint32_t nib_bits(uint32_t q) { return bf16x2_nibble_bits(q); }
+  static constexpr bool kBf16 = true;  // reg_bits (dequant_bits.h) gives e2m1 · 2^-126
   static constexpr int kScaleShift = kBf16ScaleShift;  // scale register = S · 2^118 -> product e2m1·S·2^-8
   static __device__ __forceinline__ float to_f32(T2 v, int hi) {
     return hi ? __high2float(v) : __low2float(v);
@@ -62,8 +60,7 @@ template <> struct Act<__nv_bfloat16> {
 };
 template <> struct Act<__half> {
   using T2 = __half2;
-  // Output: f16x2 whose value is e2m1 · 2^-14 (0.5 becomes the subnormal 2^-15, exact).
-  static __device__ __forceinline__ uint32_t nib_bits(uint32_t q) { return f16x2_nibble_bits(q); }
+  static constexpr bool kBf16 = false;  // reg_bits gives e2m1 · 2^-14 (0.5 becomes the subnormal 2^-15, exact)
   static constexpr int kScaleShift = kF16ScaleShift;  // scale register = S · 2^7 -> product e2m1·S·2^-7 (<= 21)
   static __device__ __forceinline__ float to_f32(T2 v, int hi) {
     return hi ? __high2float(v) : __low2float(v);

@@ -1,11 +1,19 @@
 // The bit-level FP4 dequantization of the CUDA GEMM kernels, as constexpr functions (used by the kernels
 // through nvcc --expt-relaxed-constexpr, and checked exhaustively on the host by the tests).
 //
-// Two E2M1 codes at bits 12..15 and 28..31 of a word become the two halves of a bf16x2 / f16x2 register by
-// moving the 3 magnitude bits into the low exponent / top mantissa bits and keeping the sign bit: the value
-// is exactly e2m1 · 2^kNibbleExp (code 1 = 0.5 becomes a subnormal of T, exact). Multiplying by the scale
-// register S · 2^kScaleShift (exact in T for every finite E4M3 S) gives e2m1 · S · 2^-kProductShift, exact
-// in T (at most 6 significant bits, no overflow, no underflow below T's subnormal spacing).
+// Two E2M1 codes become the two halves of a bf16x2 / f16x2 register when their sign bits sit at bits 15 / 31
+// and their 3 magnitude bits (e1 e0 m) in the low exponent / top mantissa bits of each half (bf16: 8 7 6,
+// f16: 11 10 9): the value is exactly e2m1 · 2^kNibbleExp (code 1 = 0.5 becomes a subnormal of T, exact).
+// Multiplying by the scale register S · 2^kScaleShift (exact in T for every finite E4M3 S) gives
+// e2m1 · S · 2^-kProductShift, exact in T (at most 6 significant bits, no overflow, no underflow below T's
+// subnormal spacing).
+//
+// The weight layout (weight_layout.h) stores the 8 codes of a lane's step word (fragment registers p = 0..3,
+// values j = 0, 1) at the bit positions code_bits(bf16, p, j), chosen per activation type so that reg_bits
+// brings register p into place with few integer operations: per step word 10 (bf16) or 9 (f16) instead of
+// the 15-16 of a plain nibble layout, one mask for p = 0, a shift and a mask for p = 1, a mask, a multiply
+// by 2^a + 2^b (two shifted copies whose bits never overlap, so the sum is their union) and a mask for the
+// others (bf16 p = 3: two rotations and two masks).
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -15,8 +23,56 @@
 
 namespace nvfp4::cuda {
 
-constexpr uint32_t bf16x2_nibble_bits(uint32_t q) { return (q & 0x80008000u) | ((q & 0x70007000u) >> 6); }
-constexpr uint32_t f16x2_nibble_bits(uint32_t q) { return (q & 0x80008000u) | ((q & 0x70007000u) >> 3); }
+// Bit positions, in a lane's 32-bit step word, of the sign, e1, e0 and m bits of value j of fragment register p.
+struct CodeBits {
+  int sign, e1, e0, m;
+};
+constexpr CodeBits code_bits(bool bf16, int p, int j) {
+  if (bf16) {
+    switch (p) {
+      case 0: return j ? CodeBits{31, 24, 23, 22} : CodeBits{15, 8, 7, 6};
+      case 1: return j ? CodeBits{28, 21, 20, 19} : CodeBits{12, 5, 4, 3};
+      case 2: return j ? CodeBits{30, 18, 17, 16} : CodeBits{14, 2, 1, 0};
+      default: return j ? CodeBits{29, 11, 10, 9} : CodeBits{13, 27, 26, 25};
+    }
+  }
+  switch (p) {
+    case 0: return j ? CodeBits{31, 27, 26, 25} : CodeBits{15, 11, 10, 9};
+    case 1: return j ? CodeBits{28, 24, 23, 22} : CodeBits{12, 8, 7, 6};
+    case 2: return j ? CodeBits{29, 21, 20, 19} : CodeBits{13, 5, 4, 3};
+    default: return j ? CodeBits{30, 18, 17, 16} : CodeBits{14, 2, 1, 0};
+  }
+}
+// The 4-bit code (value j of register p) read from a step word, and the word bits that store a code there.
+constexpr uint32_t code_at(bool bf16, int p, int j, uint32_t w) {
+  const CodeBits b = code_bits(bf16, p, j);
+  return ((w >> b.m) & 1u) | ((w >> b.e0) & 1u) << 1 | ((w >> b.e1) & 1u) << 2 | ((w >> b.sign) & 1u) << 3;
+}
+constexpr uint32_t place_code(bool bf16, int p, int j, uint32_t code) {
+  const CodeBits b = code_bits(bf16, p, j);
+  return (code & 1u) << b.m | ((code >> 1) & 1u) << b.e0 | ((code >> 2) & 1u) << b.e1 | ((code >> 3) & 1u) << b.sign;
+}
+
+constexpr uint32_t kBf16RegMask = 0x81C081C0u, kF16RegMask = 0x8E008E00u;  // sign and e1 e0 m of both halves
+constexpr uint32_t rotl32(uint32_t x, int r) { return (x << r) | (x >> (32 - r)); }
+// Fragment register p (0..3) of step word w in T's bits: e2m1 · 2^kNibbleExp in both halves. p is a
+// compile-time constant in the kernels (unrolled loops), so the switch folds away.
+constexpr uint32_t reg_bits(bool bf16, int p, uint32_t w) {
+  if (bf16) {
+    switch (p) {
+      case 0: return w & kBf16RegMask;
+      case 1: return (w << 3) & kBf16RegMask;
+      case 2: return ((w & 0x40074007u) * 66u) & kBf16RegMask;  // (x << 1) + (x << 6)
+      default: return (rotl32(w, 2) & 0x80008000u) | (rotl32(w, 13) & 0x01C001C0u);
+    }
+  }
+  switch (p) {
+    case 0: return w & kF16RegMask;
+    case 1: return (w << 3) & kF16RegMask;
+    case 2: return ((w & 0x20382038u) * 68u) & kF16RegMask;   // (x << 2) + (x << 6)
+    default: return ((w & 0x40074007u) * 514u) & kF16RegMask;  // (x << 1) + (x << 9)
+  }
+}
 
 constexpr int kBf16NibbleExp = -126, kF16NibbleExp = -14;
 constexpr int kBf16ScaleShift = 118, kF16ScaleShift = 7;

@@ -272,8 +272,7 @@ __global__ void dequant_weight_kernel(const GemmParams p, bool vllm, int n0, int
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
           const int pp = h + 2 * pr;  // register index: row g+8·h, k 4s+2pr+j
-          const int slot = fragment_slot(pp, j);
-          const uint32_t code = (wq[s4] >> (4 * slot)) & 0xF;
+          const uint32_t code = code_at(A::kBf16, pp, j, wq[s4]);
           vals[4 * s4 + 2 * pr + j] = A::one(__fmul_rn(e2m1_to_f32(code), sc));
         }
     uint4* dst = reinterpret_cast<uint4*>(out + static_cast<int64_t>(n - n0) * p.k + k0);

@@ -73,12 +73,12 @@ __device__ __forceinline__ void exact_scale_pair(uint32_t sv, uint32_t& s_lo, ui
   s_hi = prmt(u, 0u, 0x3232u);
 }
 
-// One fragment register from the nibble pair brought to bits 12..15 / 28..31 of q.
+// Fragment register p of step word q (dequant_bits.h's reg_bits), times its row's scale.
 template <typename T, bool kVllm>
-__device__ __forceinline__ uint32_t deq_pair(uint32_t q, uint32_t scale2, float scale_f) {
+__device__ __forceinline__ uint32_t deq_reg(uint32_t q, int p, uint32_t scale2, float scale_f) {
   using A = Act<T>;
   using T2 = typename A::T2;
-  const T2 bits = from_u32<T2>(A::nib_bits(q));
+  const T2 bits = from_u32<T2>(reg_bits(A::kBf16, p, q));
   if (!kVllm) return as_u32(__hmul2(bits, from_u32<T2>(scale2)));
   const T2 v = __hmul2(bits, from_u32<T2>(A::nib_unit_bits()));  // exact e2m1 values
   return as_u32(A::pack(__fmul_rn(A::to_f32(v, 0), scale_f), __fmul_rn(A::to_f32(v, 1), scale_f)));
@@ -109,7 +109,7 @@ template <typename T, bool kVllm>
 __device__ __forceinline__ void dequant_step(uint32_t q, const uint32_t (&ws2)[2], const float (&wsf)[2],
                                              uint32_t (&a)[4]) {
 #pragma unroll
-  for (int pp = 0; pp < 4; ++pp) a[pp] = deq_pair<T, kVllm>(q << (4 * pp), ws2[pp & 1], wsf[pp & 1]);
+  for (int pp = 0; pp < 4; ++pp) a[pp] = deq_reg<T, kVllm>(q, pp, ws2[pp & 1], wsf[pp & 1]);
 }
 
 // Epilogue of one tile group: y = T(T(acc · out_scale) + bias) for the rows and tokens inside the output.

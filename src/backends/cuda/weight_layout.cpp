@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "backends/cuda/dequant_bits.h"
 #include "common/error.h"
 #include "format/numerics.h"
 
@@ -16,7 +17,9 @@ inline void fragment_coord(int lane, int s, int p, int j, int* row, int* kk) {
 }
 }  // namespace
 
-FragmentWeights make_fragment_weights(const Nvfp4Matrix& w) {
+FragmentWeights make_fragment_weights(const Nvfp4Matrix& w, DType act) {
+  NVFP4_CHECK(act == DType::BF16 || act == DType::F16,
+              std::string("cuda: weight layout for activation type ") + dtype_name(act) + ", expected BF16 or F16");
   NVFP4_CHECK(w.cols > 0 && w.cols % 16 == 0,
               "cuda: weight in_features " + std::to_string(w.cols) + " is not a positive multiple of 16");
   NVFP4_CHECK(w.rows > 0, "cuda: weight has no rows");
@@ -25,6 +28,8 @@ FragmentWeights make_fragment_weights(const Nvfp4Matrix& w) {
               "cuda: weight codes/scales sizes do not match its (" + std::to_string(w.rows) + ", " +
                   std::to_string(w.cols) + ") shape");
   FragmentWeights f;
+  f.act = act;
+  const bool bf16 = act == DType::BF16;
   f.n = w.rows;
   f.k = w.cols;
   f.n16 = (w.rows + kTileN - 1) / kTileN;
@@ -32,9 +37,9 @@ FragmentWeights make_fragment_weights(const Nvfp4Matrix& w) {
   f.codes.assign(static_cast<size_t>(stored_tiles(f.n16) * f.kc * 32 * 16), 0);
   f.scales.assign(static_cast<size_t>(stored_tiles(f.n16) * f.kc * 32 * 2), 0);
   const int64_t groups = w.cols / 16, row_bytes = w.cols / 2;
-  // (lane, value) -> (row in tile, k in chunk, destination byte, shift), built once.
+  // (lane, value) -> (row in tile, k in chunk, step word, register, value), built once.
   struct Entry {
-    int row, kk, byte, shift;
+    int row, kk, s, p, j;
   };
   static const std::vector<Entry> table = [] {
     std::vector<Entry> t;
@@ -42,11 +47,8 @@ FragmentWeights make_fragment_weights(const Nvfp4Matrix& w) {
       for (int s = 0; s < 4; ++s)
         for (int p = 0; p < 4; ++p)
           for (int j = 0; j < 2; ++j) {
-            Entry e;
+            Entry e{0, 0, s, p, j};
             fragment_coord(lane, s, p, j, &e.row, &e.kk);
-            const int slot = fragment_slot(p, j);
-            e.byte = 4 * s + slot / 2;
-            e.shift = 4 * (slot % 2);
             t.push_back(e);
           }
     return t;
@@ -58,14 +60,17 @@ FragmentWeights make_fragment_weights(const Nvfp4Matrix& w) {
       const int64_t n_base = nt * kTileN, k_base = c * kChunkK;
       for (int lane = 0; lane < 32; ++lane) {
         const size_t base = static_cast<size_t>(fragment_block(nt, c, f.kc) * 32 + lane);
-        uint8_t* out = f.codes.data() + base * 16;
+        uint32_t words[4] = {0, 0, 0, 0};
         const Entry* e = table.data() + lane * 32;
         for (int i = 0; i < 32; ++i) {
           const int64_t n = n_base + e[i].row, k = k_base + e[i].kk;
           if (!full && (n >= w.rows || k >= w.cols)) continue;
-          const uint8_t code = (src[n * row_bytes + (k >> 1)] >> ((k & 1) * 4)) & 0xF;
-          out[e[i].byte] = static_cast<uint8_t>(out[e[i].byte] | (code << e[i].shift));
+          const uint32_t code = (src[n * row_bytes + (k >> 1)] >> ((k & 1) * 4)) & 0xF;
+          words[e[i].s] |= place_code(bf16, e[i].p, e[i].j, code);
         }
+        uint8_t* out = f.codes.data() + base * 16;
+        for (int s = 0; s < 4; ++s)
+          for (int b = 0; b < 4; ++b) out[4 * s + b] = static_cast<uint8_t>(words[s] >> (8 * b));
         const int g = lane / 4, t = lane % 4;
         const int64_t grp = c * 4 + t;
         for (int h = 0; h < 2; ++h) {
@@ -95,8 +100,9 @@ void unpack_fragment_weights(const FragmentWeights& f, std::vector<uint8_t>* cod
               fragment_coord(lane, s, p, j, &row, &kk);
               const int64_t n = nt * kTileN + row, k = c * kChunkK + kk;
               if (n >= f.n || k >= f.k) continue;
-              const int slot = fragment_slot(p, j);
-              const uint8_t code = (in[4 * s + slot / 2] >> (4 * (slot % 2))) & 0xF;
+              const uint32_t word = in[4 * s] | in[4 * s + 1] << 8 | in[4 * s + 2] << 16 |
+                                    static_cast<uint32_t>(in[4 * s + 3]) << 24;
+              const uint32_t code = code_at(f.act == DType::BF16, p, j, word);
               uint8_t& b = (*codes)[static_cast<size_t>(n * (f.k / 2) + k / 2)];
               b = static_cast<uint8_t>(b | (code << (4 * (k % 2))));
             }

@@ -10,16 +10,17 @@
 // Tiles are stored in groups of kTileGroup = 4 (N16 rounded up to a multiple of 4, extra tiles zero), chunk by
 // chunk, so that the tiles a warp multiplies together sit 512 bytes apart and one address serves them all:
 // block (tile nt, chunk c) = fragment_block(nt, c, KC), each block 32 lanes.
-// codes: [N16/4][KC][4 tiles][32 lanes] x 16 bytes (uint32 word s = step s). In word s the fragment register p
-//   (p = 0: row g, k 4s+0/1; 1: row g+8, k 4s+0/1; 2: row g, k 4s+2/3; 3: row g+8, k 4s+2/3) keeps its
-//   first value in nibble slot 3-p and its second in slot 7-p (slot i = bits 4i..4i+3), so that
-//   `word << 4p` brings register p's two values to bits 12..15 / 28..31.
+// codes: [N16/4][KC][4 tiles][32 lanes] x 16 bytes (uint32 word s = step s). Word s holds the 8 codes of
+//   the fragment registers p (p = 0: row g, k 4s+0/1; 1: row g+8, k 4s+0/1; 2: row g, k 4s+2/3; 3: row g+8,
+//   k 4s+2/3), value j of register p with its bits at dequant_bits.h's code_bits(bf16, p, j): the layout
+//   depends on the activation type the layer runs with (FragmentWeights::act).
 // scales: [N16/4][KC][4 tiles][32 lanes] x 2 bytes: e4m3 of (row g, group 4c+t), (row g+8, group 4c+t).
 // Padding (rows >= N, K >= in_features) is code 0 with scale 0.
 #pragma once
 #include <cstdint>
 #include <vector>
 
+#include "common/dtype.h"
 #include "format/quant.h"
 
 namespace nvfp4::cuda {
@@ -36,15 +37,12 @@ constexpr int64_t fragment_block(int64_t nt, int64_t c, int64_t kc) {
 constexpr int64_t stored_tiles(int64_t n16) { return (n16 + kTileGroup - 1) / kTileGroup * kTileGroup; }
 
 struct FragmentWeights {
+  DType act = DType::BF16;    // activation type whose code bit layout `codes` uses
   int64_t n = 0, k = 0;       // logical shape
   int64_t n16 = 0, kc = 0;    // tiles of 16 rows, chunks of 64 K
   std::vector<uint8_t> codes;   // stored_tiles(n16) * kc * 32 * 16
   std::vector<uint8_t> scales;  // stored_tiles(n16) * kc * 32 * 2
 };
-
-// Nibble slot of (step-local) fragment register p, value j (0 = first, 1 = second). constexpr so that the
-// kernels use this same definition (nvcc --expt-relaxed-constexpr).
-constexpr int fragment_slot(int p, int j) { return (j ? 7 : 3) - p; }
 
 // The K offset within a chunk that column c (0..15) of the A fragments of MMA step s (0..3) holds: lane t
 // owns columns 2t, 2t+1 (registers 0, 1) and 2t+8, 2t+9 (registers 2, 3), i.e. K = 16t + 4s + {0,1} and
@@ -53,8 +51,8 @@ constexpr int fragment_slot(int p, int j) { return (j ? 7 : 3) - p; }
 // are first permuted so that position 16s + c of a chunk holds K = mma_column_k(s, c).
 constexpr int mma_column_k(int s, int c) { return 16 * ((c % 8) / 2) + 4 * s + 2 * (c / 8) + c % 2; }
 
-// w: codes (n, k/2) and scales (n, k/16) linear; k % 16 == 0 (throws nvfp4::Error otherwise).
-FragmentWeights make_fragment_weights(const Nvfp4Matrix& w);
+// w: codes (n, k/2) and scales (n, k/16) linear; k % 16 == 0; act BF16 or F16 (throws nvfp4::Error otherwise).
+FragmentWeights make_fragment_weights(const Nvfp4Matrix& w, DType act);
 // Inverse: linear codes and scales of the logical (n, k) matrix.
 void unpack_fragment_weights(const FragmentWeights& f, std::vector<uint8_t>* codes, std::vector<uint8_t>* scales);
 
