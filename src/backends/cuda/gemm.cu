@@ -2,7 +2,8 @@
 // fp32 accumulation. Activations are T (for W4A4, the quantizer's exact or vLLM-rounded dequantized values,
 // quantize.cuh); weights stay FP4 in memory (weight_layout.h's fragment order) and are dequantized in
 // registers:
-//   Mode::Exact (w4a16, w4a4): the nibble is moved into the exponent/mantissa bits of T (value e2m1·2^-b)
+//   Mode::Exact (w4a16, w4a4): the code's bits are moved into the sign/exponent/mantissa bits of T (value
+//     e2m1·2^-b; dequant_bits.h's reg_bits)
 //     and multiplied by a T register holding S·2^(b-c); the product e2m1·S·2^-c is exact in T (<= 6
 //     significant bits, no overflow, subnormals exact), and 2^c (c = 8 bf16, 7 f16) is folded into the f32
 //     output factor, which is exact because it is a power of two.
