@@ -211,7 +211,6 @@ class CudaLinearImpl final : public CudaLinear {
     const DeviceGuard guard(device_);
     std::lock_guard<std::mutex> lock(mu_);
     detail::GemmParams p = params(m, y);
-    bool after_quantizer = false;  // the previous kernel is this call's (short) activation quantizer
     const bool large = m > fused_max_m_;
     const float shift = product_unshift(act_);  // 2^c of dequant_bits.h
     if (sem_ == Semantics::W4A16) {
@@ -227,9 +226,8 @@ class CudaLinearImpl final : public CudaLinear {
     detail::launch_quantize_dequant(x, act_, m, k_, x_enc_, vllm, deq.get(), stream);
     if (large) return run_large(deq.get(), m, y, out_factor_, vllm, stream);
     p.x = deq.get();
-    after_quantizer = true;
     p.out_scale = vllm ? out_factor_ : out_factor_ * shift;  // only the exact-weight products carry 2^-c
-    fused(p, vllm ? detail::Mode::Vllm : detail::Mode::Exact, after_quantizer, stream);
+    fused(p, vllm ? detail::Mode::Vllm : detail::Mode::Exact, true, stream);
   }
 
  private:
@@ -251,6 +249,7 @@ class CudaLinearImpl final : public CudaLinear {
     return p;
   }
 
+  // after_quantizer: the previous kernel is this call's (short) W4A4 activation quantizer.
   void fused(detail::GemmParams& p, detail::Mode mode, bool after_quantizer, cudaStream_t stream) const {
     const int rule = grid_rule_ < 0 ? kDefaultGridRule : grid_rule_;
     if (p.m > 32 && rule >= 3 && wgmma_) return wgmma(p, mode, rule, stream);

@@ -48,9 +48,8 @@ int wgmma_splits(int64_t m, int64_t n, int64_t n16, int64_t kc, int wgs, int sms
 void set_wgmma_splits(CudaLinear& l, int splits);
 
 // The fused paths launch their kernels programmatically (sm_90+): each may be scheduled while the previous
-// kernel in the stream still runs and streams its first weights before it waits for that kernel (the W4A4
-// quantizer, the kernel that wrote x, the previous layer's GEMM if it is one of these); false turns that off
-// process-wide (measurements).
+// kernel in the stream (the W4A4 quantizer, the kernel that wrote x, another layer) still runs, and streams
+// its first weights before it waits for that kernel; false turns that off process-wide (measurements).
 void set_programmatic_launch(bool on);
 
 }  // namespace nvfp4::cuda
