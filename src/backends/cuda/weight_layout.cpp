@@ -37,9 +37,9 @@ FragmentWeights make_fragment_weights(const Nvfp4Matrix& w, DType act) {
   f.codes.assign(static_cast<size_t>(stored_tiles(f.n16) * f.kc * 32 * 16), 0);
   f.scales.assign(static_cast<size_t>(stored_tiles(f.n16) * f.kc * 32 * 2), 0);
   const int64_t groups = w.cols / 16, row_bytes = w.cols / 2;
-  // (lane, value) -> (row in tile, k in chunk, step word, register, value), built once.
+  // (lane, value) -> (row in tile, k in chunk, step word, register and value as 2·p + j), built once.
   struct Entry {
-    int row, kk, s, p, j;
+    int row, kk, s, pj;
   };
   static const std::vector<Entry> table = [] {
     std::vector<Entry> t;
@@ -47,12 +47,17 @@ FragmentWeights make_fragment_weights(const Nvfp4Matrix& w, DType act) {
       for (int s = 0; s < 4; ++s)
         for (int p = 0; p < 4; ++p)
           for (int j = 0; j < 2; ++j) {
-            Entry e{0, 0, s, p, j};
+            Entry e{0, 0, s, 2 * p + j};
             fragment_coord(lane, s, p, j, &e.row, &e.kk);
             t.push_back(e);
           }
     return t;
   }();
+  // The word bits of every code at every (register, value) position, for this activation type.
+  uint32_t placed[8][16];
+  for (int p = 0; p < 4; ++p)
+    for (int j = 0; j < 2; ++j)
+      for (uint32_t code = 0; code < 16; ++code) placed[2 * p + j][code] = place_code(bf16, p, j, code);
   const uint8_t* src = w.codes.data();
   for (int64_t nt = 0; nt < f.n16; ++nt)
     for (int64_t c = 0; c < f.kc; ++c) {
@@ -66,7 +71,7 @@ FragmentWeights make_fragment_weights(const Nvfp4Matrix& w, DType act) {
           const int64_t n = n_base + e[i].row, k = k_base + e[i].kk;
           if (!full && (n >= w.rows || k >= w.cols)) continue;
           const uint32_t code = (src[n * row_bytes + (k >> 1)] >> ((k & 1) * 4)) & 0xF;
-          words[e[i].s] |= place_code(bf16, e[i].p, e[i].j, code);
+          words[e[i].s] |= placed[e[i].pj][code];
         }
         uint8_t* out = f.codes.data() + base * 16;
         for (int s = 0; s < 4; ++s)
