@@ -283,12 +283,13 @@ class CudaLinearImpl final : public CudaLinear {
     // Programmatic launch only for grids of >= 90% of a wave, or behind the quantizer: the blocks scheduled
     // early take the slots that free up first, so a shorter grid behind a full one ends up unevenly spread
     // over the SMs (4096x4096 at M = 1 behind another layer: 6.2 -> 6.8 µs; docs/PERF.md, change 19).
-    if (!after_quantizer && 10 * mblocks * ceil_div(groups, 8 / wk) < 9 * slots(nw)) p.programmatic = false;
+    const int64_t blocks = mblocks * ceil_div(groups, 8 / wk);
+    if (!after_quantizer && 10 * blocks < 9 * slots(nw)) p.programmatic = false;
     detail::launch_fused_gemm(p, act_, mode, nt, nw, stream);
   }
 
   // M > 32 (rule >= 3, sm_90a): the activations permuted into the wgmma kernel's K order, then that kernel;
-  // K split over up to 8 blocks (>= 8 chunks each) where that gives fewer block-rounds x chunks.
+  // K split over up to 8 blocks (>= 8 chunks each) where wgmma_time_us estimates that faster.
   void wgmma(detail::GemmParams& p, detail::Mode mode, int rule, cudaStream_t stream) const {
     const int wgs = wgmma_warpgroups(n_, rule);
     int& bps = wgmma_bps_[mode == detail::Mode::Vllm][wgs - 1];
