@@ -252,7 +252,7 @@ class CudaLinearImpl final : public CudaLinear {
   // after_quantizer: the previous kernel is this call's (short) W4A4 activation quantizer.
   void fused(detail::GemmParams& p, detail::Mode mode, bool after_quantizer, cudaStream_t stream) const {
     const int rule = grid_rule_ < 0 ? kDefaultGridRule : grid_rule_;
-    if (p.m > 32 && rule >= 3 && wgmma_) return wgmma(p, mode, rule, stream);
+    if (p.m > 32 && rule >= 3 && wgmma_) return wgmma(p, mode, stream);
     const int nt = p.m <= 8 ? 1 : p.m <= 16 ? 2 : 4;
     const int64_t mblocks = ceil_div(p.m, 8 * nt);
     // Block slots of the whole GPU for a kernel with nw weight tiles per warp (rules 0 and 1 counted 2 per
@@ -288,25 +288,22 @@ class CudaLinearImpl final : public CudaLinear {
     detail::launch_fused_gemm(p, act_, mode, nt, nw, stream);
   }
 
-  // M > 32 (rule >= 3, sm_90a): the activations permuted into the wgmma kernel's K order, then that kernel;
-  // K split over up to 8 blocks (>= 8 chunks each) where wgmma_time_us estimates that faster.
-  void wgmma(detail::GemmParams& p, detail::Mode mode, int rule, cudaStream_t stream) const {
-    const int wgs = wgmma_warpgroups(n_, rule);
-    int& bps = wgmma_bps_[mode == detail::Mode::Vllm][wgs - 1];
-    if (bps == 0) bps = detail::wgmma_blocks_per_sm(act_, mode, wgs);
-    const int splits = forced_splits_ > 0 ? static_cast<int>(std::min<int64_t>(forced_splits_, kc_))
-                                          : wgmma_splits(p.m, n_, n16_, kc_, wgs, sms_, bps);
-    p.splits = splits;
-    StreamBuf xp(static_cast<size_t>(p.m * kc_ * 64 * 2), stream);
-    detail::launch_permute_activations(p.x, act_, p.m, static_cast<int>(k_), static_cast<int>(kc_), xp.get(),
+  // M > 32 (rule 3, sm_90a): the activations permuted into the wgmma kernel's K order and token tiles, then that
+  // kernel; K split over up to 8 blocks (>= 8 chunks each) where wgmma_time_us estimates that faster.
+  void wgmma(detail::GemmParams& p, detail::Mode mode, cudaStream_t stream) const {
+    p.splits = forced_splits_ > 0 ? static_cast<int>(std::min<int64_t>(forced_splits_, kc_))
+                                  : wgmma_splits(p.m, n_, n16_, kc_, sms_);
+    const int kt = wgmma_tile_tokens(p.m);
+    StreamBuf xp(static_cast<size_t>(detail::wgmma_x_bytes(p.m, static_cast<int>(kc_), kt)), stream);
+    detail::launch_permute_activations(p.x, act_, p.m, static_cast<int>(k_), static_cast<int>(kc_), kt, xp.get(),
                                        p.programmatic, stream);
     p.x = xp.get();
     std::unique_ptr<StreamBuf> part;
-    if (splits > 1) {
-      part = std::make_unique<StreamBuf>(static_cast<size_t>(splits * p.m * n_ * 4), stream);
+    if (p.splits > 1) {
+      part = std::make_unique<StreamBuf>(static_cast<size_t>(p.splits * p.m * n_ * 4), stream);
       p.partial = reinterpret_cast<float*>(part->get());
     }
-    detail::launch_wgmma_gemm(p, act_, mode, wgs, stream);
+    detail::launch_wgmma_gemm(p, act_, mode, kt, stream);
   }
 
   // y = T(alpha · x_T · W_Tᵀ) through cuBLAS (f32 compute), weight tiles of chunk_rows_ rows dequantized
@@ -358,7 +355,6 @@ class CudaLinearImpl final : public CudaLinear {
   int forced_splits_ = 0;  // wgmma kernel's K split, 0 = wgmma_splits
   bool wgmma_ = false;  // the device runs the sm_90a wgmma kernel
   bool programmatic_ = false;  // the device has programmatic dependent launch (sm_90+)
-  mutable int wgmma_bps_[2][2] = {};  // its blocks per SM: [vllm][warpgroups - 1], 0 = not asked yet
   mutable std::mutex mu_;
 };
 
@@ -386,12 +382,12 @@ void set_weight_tile_rows(CudaLinear& l, int rows) { dynamic_cast<CudaLinearImpl
 // Largest M on the fused kernel; above it, dequantized weight tiles + cuBLAS (docs/PERF.md, crossover).
 int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k, bool wgmma) {
   const int64_t nk = n * k;
-  // Hopper: the wgmma kernel (M > 32) reads the weights once per 64 tokens and wins up to M = 128 on small
-  // layers, 192 on mid-size ones and 256 on large ones; the vLLM flavour's per-weight f32 rounding makes it
-  // lose to that flavour's cuBLAS path from M = 96 on 4096x4096 and 6144x4096 and from 192 on the mid-size
-  // layers (measured there).
-  if (wgmma && s != Semantics::W4A4_VLLM) return nk < (48ll << 20) ? 128 : nk < (200ll << 20) ? 192 : 256;
-  if (wgmma) return nk < (48ll << 20) ? 64 : 128;
+  // Hopper: the wgmma kernel (M > 32) reads the weights once per 64-128 tokens and never writes a dequantized
+  // copy; it wins up to M = 256 on small layers, about 1024 on mid-size ones and 1536 on large ones (the
+  // dequantize + cuBLAS path only from M = 2048 there); the vLLM flavour's per-weight f32 rounding makes it
+  // lose from M = 192 on small layers, 512 on mid-size and 768 on large ones (docs/PERF.md, change 24).
+  if (wgmma && s != Semantics::W4A4_VLLM) return nk < (48ll << 20) ? 256 : nk < (200ll << 20) ? 1024 : 1536;
+  if (wgmma) return nk < (48ll << 20) ? 128 : nk < (200ll << 20) ? 384 : 512;
   // Elsewhere the decode kernel with 32-token tiles: the exact-weight kernel (w4a16, and w4a4 on its
   // dequantized activations) wins up to M = 64 on small layers and up to 96-128 on large ones; the vLLM
   // flavour rounds every weight in f32 and loses earlier on N = 4096 layers.
@@ -399,29 +395,45 @@ int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k, bool wgmma) {
   return n < 6144 ? 32 : 64;
 }
 
-int wgmma_warpgroups(int64_t n, int rule) { return rule == 4 ? 1 : rule == 5 ? 2 : n >= 8192 ? 2 : 1; }
-
-double wgmma_time_us(int64_t m, int64_t n, int64_t n16, int64_t kc, int wgs, int sms, int bps, int splits) {
-  // µs per K chunk of one round of blocks (all slots busy), and the f32 partial sums' rate (H200, 2026-11-30).
-  const double chunk_us = wgs == 2 ? 1.46 : 0.9, partial_bytes_per_us = 3.0e6, reduce_launch_us = 2.0;
-  const int64_t blocks = ceil_div(m, 64) * ceil_div(stored_tiles(n16) / kTileGroup, 2 * wgs);
-  // Rounds: the busiest SM's blocks over the blocks it runs at once (a ragged last round costs its share).
+namespace {
+// Estimated µs of a wgmma-kernel launch: rounds (the busiest SM's blocks over the blocks it runs at once, a
+// ragged last round costing its share, at least 1) x chunks per block x the time of one chunk of a full round,
+// plus, when split, the f32 partial sums (written and read once, then y written) and the reduction's launch.
+double estimate_us(int64_t m, int64_t n, int64_t n16, int64_t kc, int tokens, int groups_per_block, double chunk_us,
+                   int sms, int bps, int splits) {
+  const double partial_bytes_per_us = 3.0e6, reduce_launch_us = 2.0;  // H200, 2026-11-30
+  const int64_t blocks = ceil_div(m, tokens) * ceil_div(stored_tiles(n16) / kTileGroup, groups_per_block);
   const int64_t per_sm = ceil_div(blocks * splits, std::max(sms, 1));
   const double rounds = std::max(1.0, static_cast<double>(per_sm) / std::max(bps, 1));
   double t = rounds * static_cast<double>(ceil_div(kc, splits)) * chunk_us;
-  if (splits > 1)  // written and read once, then y written
-    t += static_cast<double>(m * n) * (8.0 * splits + 2.0) / partial_bytes_per_us + reduce_launch_us;
+  if (splits > 1) t += static_cast<double>(m * n) * (8.0 * splits + 2.0) / partial_bytes_per_us + reduce_launch_us;
   return t;
 }
-
-int wgmma_splits(int64_t m, int64_t n, int64_t n16, int64_t kc, int wgs, int sms, int bps) {
+// The split (1-8, >= 8 chunks each when > 1) with the smallest estimate; a split must save >= 5% over the best
+// with fewer.
+template <class F>
+int pick_splits(int64_t kc, F time_us) {
   int splits = 1;
-  double best = wgmma_time_us(m, n, n16, kc, wgs, sms, bps, 1);
+  double best = time_us(1);
   for (int s = 2; s <= 8 && kc / s >= 8; ++s) {
-    const double t = wgmma_time_us(m, n, n16, kc, wgs, sms, bps, s);
+    const double t = time_us(s);
     if (t < 0.95 * best) best = t, splits = s;
   }
   return splits;
+}
+}  // namespace
+
+int wgmma_tile_tokens(int64_t m) { return m <= 64 ? 64 : 128; }
+
+double wgmma_time_us(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms, int splits) {
+  // µs per K chunk of a round of blocks (one per SM), H200, 2026-11-30: 57344x8192 at M = 64 and 128 unsplit
+  // (2 rounds of 128 chunks: 159.7 and 206.9 µs).
+  const int kt = wgmma_tile_tokens(m);
+  return estimate_us(m, n, n16, kc, kt, detail::kWgmmaRows / 64, kt == 64 ? 0.62 : 0.81, sms, 1, splits);
+}
+
+int wgmma_splits(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms) {
+  return pick_splits(kc, [&](int s) { return wgmma_time_us(m, n, n16, kc, sms, s); });
 }
 
 void set_programmatic_launch(bool on) { g_programmatic.store(on, std::memory_order_relaxed); }

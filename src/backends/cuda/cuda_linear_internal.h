@@ -24,8 +24,7 @@ void set_weight_tile_rows(CudaLinear& l, int rows);
 // warp halved until >= 2 blocks per SM), 1 (M <= 16) tiles per warp kept while the largest K split fills >= 90%
 // of one wave, 2 (M <= 16) as 1 counting each kernel's own blocks per SM, always the largest K split;
 // 3: as 2, and M > 32 on the Hopper wgmma kernel where the device runs it (rules 0-2, and other devices, run
-// the decode kernel with 32-token tiles there); 4, 5: as 3 with the wgmma kernel's 128- or 256-row blocks
-// forced (measurements and tests) (docs/PERF.md).
+// the decode kernel with 32-token tiles there) (docs/PERF.md).
 void set_fused_grid_rule(CudaLinear& l, int rule);
 
 // Default crossover (largest M on the fused kernel) for a layer of this shape and semantics, on a device
@@ -33,17 +32,15 @@ void set_fused_grid_rule(CudaLinear& l, int rule);
 int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k, bool wgmma);
 // The layer's current crossover.
 int64_t fused_max_m(const CudaLinear& l);
-// The wgmma kernel's grid (host rules, no device needed). Warpgroups per block for grid rule `rule`: 3 (the
-// default) gives 2 (256 rows, 2 blocks per SM) for N >= 8192, else 1 (128 rows); 4 and 5 force 1 and 2.
-int wgmma_warpgroups(int64_t n, int rule);
-// Estimated µs of the wgmma kernel with K split over `splits` blocks, on `sms` SMs running `bps` blocks each at
-// once: rounds (the busiest SM's blocks / bps, at least 1) x chunks per block x the measured time of one chunk
-// of a full round (1.46 µs for 256-row blocks, 0.9 for 128-row ones, H200), plus, when split, the f32 partial
-// sums written and read (8·splits·M·N bytes) and y written at 3 TB/s and the reduction's launch (2 µs).
-double wgmma_time_us(int64_t m, int64_t n, int64_t n16, int64_t kc, int wgs, int sms, int bps, int splits);
-// Blocks splitting K (1-8, each >= 8 chunks of 64 when > 1): the smallest wgmma_time_us, a split only where it
-// saves >= 5% over the best with fewer.
-int wgmma_splits(int64_t m, int64_t n, int64_t n16, int64_t kc, int wgs, int sms, int bps);
+// The wgmma kernel's grid (host rules, no device needed): token tile (64 for M <= 64, else 128; blocks of 256
+// weight rows, one per SM); estimated µs with K split over `splits` blocks on `sms` SMs: rounds (the busiest SM's
+// blocks, at least 1) x chunks per block x the measured time of one chunk of a round (0.62 / 0.81 µs for 64 /
+// 128 tokens, H200), plus, when split, the f32 partial sums written and read (8·splits·M·N bytes) and y written
+// at 3 TB/s and the reduction's launch (2 µs); and the split (1-8, each >= 8 chunks of 64 when > 1) with the
+// smallest estimate, a split only where it saves >= 5% over the best with fewer.
+int wgmma_tile_tokens(int64_t m);
+double wgmma_time_us(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms, int splits);
+int wgmma_splits(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms);
 // Forces the wgmma kernel's K split (blocks per K range; at most the chunk count); 0 restores wgmma_splits.
 void set_wgmma_splits(CudaLinear& l, int splits);
 

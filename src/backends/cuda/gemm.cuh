@@ -40,16 +40,21 @@ constexpr int fused_blocks_per_sm(int nt, int nw) { return nt == 1 && nw == 1 ? 
 // (nt = 4 uses at most 2).
 void launch_fused_gemm(const GemmParams& p, DType act, Mode mode, int nt, int nw, cudaStream_t stream);
 
-// Hopper fused GEMM for M > 32 (gemm_wgmma.cu, sm_90a): blocks of wgs (1 or 2) warpgroups, each 128 weight
-// rows x 64 tokens, wgmma with the dequantized weights as the register A operand; p.splits blocks split K (then
-// p.partial holds their f32 sums and a second kernel adds them in order). p.x must be the activations
-// permuted by launch_permute_activations ((m, kc·64) T). wgmma_available: the device is sm_90 and runs this
-// binary's sm_90a code (asked once per device).
+// Hopper GEMM for M > 32 (gemm_wgmma.cu, sm_90a; where wgmma_available: the device is sm_90 and runs this
+// binary's sm_90a code, asked once per device): blocks of 256 weight rows x tile_tokens (64 or 128) tokens; a
+// producer warpgroup streams each K chunk's codes, scales and activation tile into a shared-memory ring with bulk
+// copies, two consumer warpgroups dequantize (as the decode kernel) and multiply with wgmma, the dequantized
+// weights as the register A operand. p.x: the activations as launch_permute_activations writes them
+// (wgmma_x_bytes(m, kc, tile_tokens) bytes: permuted into the MMA column order, in token tiles, zero past M
+// and K). p.splits blocks split K (then p.partial holds their f32 sums and a second kernel adds them in order).
 bool wgmma_available(int device);
-void launch_permute_activations(const void* x, DType act, int64_t m, int k, int kc, void* out, bool programmatic,
-                                cudaStream_t stream);
-void launch_wgmma_gemm(const GemmParams& p, DType act, Mode mode, int wgs, cudaStream_t stream);
-int wgmma_blocks_per_sm(DType act, Mode mode, int wgs);  // on the current device
+constexpr int kWgmmaRows = 256;
+inline int64_t wgmma_x_bytes(int64_t m, int kc, int tile_tokens) {
+  return (m + tile_tokens - 1) / tile_tokens * tile_tokens * kc * 128;
+}
+void launch_permute_activations(const void* x, DType act, int64_t m, int k, int kc, int tile_tokens, void* out,
+                                bool programmatic, cudaStream_t stream);
+void launch_wgmma_gemm(const GemmParams& p, DType act, Mode mode, int tile_tokens, cudaStream_t stream);
 
 // Large-M helpers. Dequantize rows [n0, n0+rows) of the prepared weight to T, (rows, K) row-major:
 //   exact modes: e2m1·S;  vLLM: T(e2m1 · f32(S·w_dec)).
