@@ -252,7 +252,7 @@ class CudaLinearImpl final : public CudaLinear {
   // after_quantizer: the previous kernel is this call's (short) W4A4 activation quantizer.
   void fused(detail::GemmParams& p, detail::Mode mode, bool after_quantizer, cudaStream_t stream) const {
     const int rule = grid_rule_ < 0 ? kDefaultGridRule : grid_rule_;
-    if (p.m > 32 && rule >= 3 && wgmma_) return wgmma(p, mode, stream);
+    if (p.m > 32 && rule >= 3 && wgmma_) return wgmma(p, mode, rule, stream);
     const int nt = p.m <= 8 ? 1 : p.m <= 16 ? 2 : 4;
     const int64_t mblocks = ceil_div(p.m, 8 * nt);
     // Block slots of the whole GPU for a kernel with nw weight tiles per warp (rules 0 and 1 counted 2 per
@@ -290,7 +290,7 @@ class CudaLinearImpl final : public CudaLinear {
 
   // M > 32 (rule 3, sm_90a): the activations permuted into the wgmma kernel's K order and token tiles, then that
   // kernel; K split over up to 8 blocks (>= 8 chunks each) where wgmma_time_us estimates that faster.
-  void wgmma(detail::GemmParams& p, detail::Mode mode, cudaStream_t stream) const {
+  void wgmma(detail::GemmParams& p, detail::Mode mode, int rule, cudaStream_t stream) const {
     p.splits = forced_splits_ > 0 ? static_cast<int>(std::min<int64_t>(forced_splits_, kc_))
                                   : wgmma_splits(p.m, n_, n16_, kc_, sms_);
     const int kt = wgmma_tile_tokens(p.m);
@@ -303,7 +303,7 @@ class CudaLinearImpl final : public CudaLinear {
       part = std::make_unique<StreamBuf>(static_cast<size_t>(p.splits * p.m * n_ * 4), stream);
       p.partial = reinterpret_cast<float*>(part->get());
     }
-    detail::launch_wgmma_gemm(p, act_, mode, kt, stream);
+    detail::launch_wgmma_gemm(p, act_, mode, kt, wgmma_consumers(p.m, rule), stream);
   }
 
   // y = T(alpha · x_T · W_Tᵀ) through cuBLAS (f32 compute), weight tiles of chunk_rows_ rows dequantized
@@ -424,6 +424,11 @@ int pick_splits(int64_t kc, F time_us) {
 }  // namespace
 
 int wgmma_tile_tokens(int64_t m) { return m <= 64 ? 64 : 128; }
+
+// 4 consumer warpgroups were faster only at M = 65-128 (128-token tiles; 2-11% on five of the seven bench
+// layers, equal or 2% slower on the other two) and 6-13% slower at M = 64 on the large layers (docs/PERF.md,
+// change 25).
+int wgmma_consumers(int64_t m, int rule) { return rule == 4 ? 4 : rule == 5 ? 2 : m > 64 && m <= 128 ? 4 : 2; }
 
 double wgmma_time_us(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms, int splits) {
   // µs per K chunk of a round of blocks (one per SM), H200, 2026-11-30: 57344x8192 at M = 64 and 128 unsplit

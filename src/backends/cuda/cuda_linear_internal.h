@@ -24,7 +24,8 @@ void set_weight_tile_rows(CudaLinear& l, int rows);
 // warp halved until >= 2 blocks per SM), 1 (M <= 16) tiles per warp kept while the largest K split fills >= 90%
 // of one wave, 2 (M <= 16) as 1 counting each kernel's own blocks per SM, always the largest K split;
 // 3: as 2, and M > 32 on the Hopper wgmma kernel where the device runs it (rules 0-2, and other devices, run
-// the decode kernel with 32-token tiles there) (docs/PERF.md).
+// the decode kernel with 32-token tiles there); 4, 5: as 3 with 4 or 2 consumer warpgroups in the wgmma kernel
+// (docs/PERF.md).
 void set_fused_grid_rule(CudaLinear& l, int rule);
 
 // Default crossover (largest M on the fused kernel) for a layer of this shape and semantics, on a device
@@ -39,6 +40,9 @@ int64_t fused_max_m(const CudaLinear& l);
 // at 3 TB/s and the reduction's launch (2 µs); and the split (1-8, each >= 8 chunks of 64 when > 1) with the
 // smallest estimate, a split only where it saves >= 5% over the best with fewer.
 int wgmma_tile_tokens(int64_t m);
+// Consumer warpgroups of the wgmma kernel for grid rule `rule`: 3 (the default) 4 at M = 65-128, else 2; 4 and
+// 5 force 4 and 2 (measurements and tests).
+int wgmma_consumers(int64_t m, int rule);
 double wgmma_time_us(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms, int splits);
 int wgmma_splits(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms);
 // Forces the wgmma kernel's K split (blocks per K range; at most the chunk count); 0 restores wgmma_splits.

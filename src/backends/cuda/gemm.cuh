@@ -43,7 +43,7 @@ void launch_fused_gemm(const GemmParams& p, DType act, Mode mode, int nt, int nw
 // Hopper GEMM for M > 32 (gemm_wgmma.cu, sm_90a; where wgmma_available: the device is sm_90 and runs this
 // binary's sm_90a code, asked once per device): blocks of 256 weight rows x tile_tokens (64 or 128) tokens; a
 // producer warpgroup streams each K chunk's codes, scales and activation tile into a shared-memory ring with bulk
-// copies, two consumer warpgroups dequantize (as the decode kernel) and multiply with wgmma, the dequantized
+// copies, two or four consumer warpgroups dequantize (as the decode kernel) and multiply with wgmma, the dequantized
 // weights as the register A operand. p.x: the activations as launch_permute_activations writes them
 // (wgmma_x_bytes(m, kc, tile_tokens) bytes: permuted into the MMA column order, in token tiles, zero past M
 // and K). p.splits blocks split K (then p.partial holds their f32 sums and a second kernel adds them in order).
@@ -54,7 +54,9 @@ inline int64_t wgmma_x_bytes(int64_t m, int kc, int tile_tokens) {
 }
 void launch_permute_activations(const void* x, DType act, int64_t m, int k, int kc, int tile_tokens, void* out,
                                 bool programmatic, cudaStream_t stream);
-void launch_wgmma_gemm(const GemmParams& p, DType act, Mode mode, int tile_tokens, cudaStream_t stream);
+// consumers: 2 consumer warpgroups of two row blocks each, or 4 of one (more warps dequantizing at once).
+void launch_wgmma_gemm(const GemmParams& p, DType act, Mode mode, int tile_tokens, int consumers,
+                       cudaStream_t stream);
 
 // Large-M helpers. Dequantize rows [n0, n0+rows) of the prepared weight to T, (rows, K) row-major:
 //   exact modes: e2m1·S;  vLLM: T(e2m1 · f32(S·w_dec)).

@@ -7,14 +7,14 @@
 // that order (launch_permute_activations) and tiled, so that the B operand of step s is the 32 bytes at 32s of
 // each 128-byte token row (128-byte swizzle, the layout wgmma's descriptor reads).
 //
-// Block: 3 warpgroups. Warpgroup 0 (the producer: one thread) streams K chunks into a kStages-deep shared-memory
-// ring with bulk copies, one mbarrier per stage counting the bytes in: per chunk the codes (2 KB) and scales
-// (256 bytes) of the block's four 64-row blocks (stored tile groups of weight_layout.h, each contiguous per
-// chunk) and the activation tile (kT token rows x 128 bytes). Warpgroups 1 and 2 are the consumers, each owning
-// two of the row blocks: they wait for a stage, dequantize their weights into A fragments, issue the chunk's
-// MMAs, wait for them and release the stage (a second mbarrier per stage, one arrival per consumer warp). The
-// warpgroups keep no common pace: while one dequantizes, the other's MMAs can run, and the producer refills a
-// stage as soon as both have released it.
+// Block: 1 + kCW warpgroups. Warpgroup 0 (the producer: one thread) streams K chunks into a kStages-deep
+// shared-memory ring with bulk copies, one mbarrier per stage counting the bytes in: per chunk the codes (2 KB)
+// and scales (256 bytes) of the block's four 64-row blocks (stored tile groups of weight_layout.h, each
+// contiguous per chunk) and the activation tile (kT token rows x 128 bytes). The kCW (2 or 4) others are the
+// consumers, each owning 4 / kCW of the row blocks: they wait for a stage, dequantize their weights into A
+// fragments, issue the chunk's MMAs, wait for them and release the stage (a second mbarrier per stage, one
+// arrival per consumer warp). The warpgroups keep no common pace: while one dequantizes, another's MMAs can
+// run, and the producer refills a stage as soon as all have released it.
 // Grid: x = token blocks of kT (fastest: blocks reading the same weights run together), y = blocks of 256 rows,
 // z = K splits (f32 partial sums, added in order by a second kernel: deterministic).
 #include <algorithm>
@@ -35,22 +35,30 @@ constexpr int kStages = 6;
 constexpr int kRB = kWgmmaRows / 64;                // 64-row blocks (stored tile groups) per block
 constexpr int kCodeBytes = kTileGroup * 32 * 16;   // one row block's codes of one chunk
 constexpr int kScaleBytes = kTileGroup * 32 * 2;   // and its scales
-constexpr int kThreads = 384;                      // the producer warpgroup + 2 consumer warpgroups
-// Registers per thread after the start: 384 threads launch with 168 each; the producer warpgroup keeps 40 and
-// the consumers take 232 (a sub-partition's 16384 registers hold one warp of each warpgroup: 40 + 2·232 <= 512).
-constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+// kCW consumer warpgroups (2: two row blocks each; 4: one each) and the producer warpgroup.
+constexpr int threads(int cw) { return 128 * (cw + 1); }
+// Registers per thread after the start: the block keeps what it launched with (65536 / threads, rounded down
+// to 8), the producer gives some back and the consumers take them. 2 consumers: launched with 168 each (384
+// threads), then 40 for the producer and 232 for the consumers (128·40 + 256·232 = 384·168); 4 consumers: 96
+// (640 threads), then 24 and 112 (128·24 + 512·112 <= 640·96).
+constexpr int producer_regs(int cw) { return cw == 2 ? 40 : 24; }
+constexpr int consumer_regs(int cw) { return cw == 2 ? 232 : 112; }
+static_assert(128 * producer_regs(2) + 256 * consumer_regs(2) <= 384 * 168 &&
+                  128 * producer_regs(4) + 512 * consumer_regs(4) <= 640 * 96,
+              "setmaxnreg budgets must fit the registers the block launched with");
 constexpr int stage_bytes(int kt) { return kt * 128 + kRB * (kCodeBytes + kScaleBytes); }
 // + 1024 for aligning the ring (128-byte swizzle atoms), + the full and empty mbarriers of every stage.
 constexpr int smem_bytes(int kt) { return 1024 + kStages * stage_bytes(kt) + 2 * kStages * 8; }
 static_assert(stage_bytes(64) % 1024 == 0 && stage_bytes(128) % 1024 == 0,
               "activation tiles must stay 1024-byte aligned");
-static_assert(kRB == 4, "two row blocks per consumer warpgroup");
+static_assert(kRB == 4, "row blocks per block: 2 or 4 consumer warpgroups");
 
-// Consumers: 128 accumulators (two m64n128 tiles) and 32 A-fragment registers.
-template <typename T, int kMode, int kT>
-__global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_kernel(const GemmParams p) {
+// Consumers: kRB / kCW row blocks each, kT / 2 accumulators and 16 A-fragment registers per row block.
+template <typename T, int kMode, int kT, int kCW>
+__global__ void __launch_bounds__(threads(kCW), 1) wgmma_gemm_kernel(const GemmParams p) {
 #ifdef NVFP4_WGMMA
   constexpr bool kVllm = kMode == static_cast<int>(Mode::Vllm);
+  constexpr int kThreads = threads(kCW), kB = kRB / kCW;
   constexpr int kStage = stage_bytes(kT), kXBytes = kT * 128, kAcc = kT / 2;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = smem_addr(smem_raw);
@@ -67,7 +75,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_kernel(const GemmParam
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbar_init(full0 + 8 * s, 1);
-      mbar_init(empty0 + 8 * s, 8);
+      mbar_init(empty0 + 8 * s, 4 * kCW);
     }
     mbar_init_fence();
   }
@@ -86,7 +94,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_kernel(const GemmParam
   __syncthreads();
 
   if (warp < 4) {  // producer
-    setmaxnreg_dec<kProducerRegs>();
+    setmaxnreg_dec<producer_regs(kCW)>();
     if (warp != 0 || lane != 0 || nc == 0) return;
     const uint64_t evict_first = l2_evict_first();
     const uint8_t* wq = reinterpret_cast<const uint8_t*>(p.wq);
@@ -126,12 +134,12 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_kernel(const GemmParam
     return;
   }
 
-  // Consumers: warpgroup wg owns row blocks 2wg and 2wg + 1; its warp w4 supplies tile w4 of each.
-  setmaxnreg_inc<kConsumerRegs>();
+  // Consumers: warpgroup wg owns row blocks kB·wg .. kB·wg + kB - 1; its warp w4 supplies tile w4 of each.
+  setmaxnreg_inc<consumer_regs(kCW)>();
   const int wg = (warp >> 2) - 1, w4 = warp & 3;
-  float acc[2][kAcc];
+  float acc[kB][kAcc];
 #pragma unroll
-  for (int b = 0; b < 2; ++b)
+  for (int b = 0; b < kB; ++b)
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) acc[b][i] = 0.0f;
   pdl_wait();  // before writing y
@@ -140,19 +148,19 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_kernel(const GemmParam
     const int s = i % kStages;
     mbar_wait(full0 + 8 * s, (i / kStages) & 1);
     const uint8_t* st = ring + s * kStage + kXBytes;
-    uint4 wv[2];
-    uint32_t sv[2];
+    uint4 wv[kB];
+    uint32_t sv[kB];
 #pragma unroll
-    for (int b = 0; b < 2; ++b) {
-      wv[b] = reinterpret_cast<const uint4*>(st + (2 * wg + b) * kCodeBytes)[w4 * 32 + lane];
-      sv[b] = reinterpret_cast<const uint16_t*>(st + kRB * kCodeBytes + (2 * wg + b) * kScaleBytes)[w4 * 32 + lane];
+    for (int b = 0; b < kB; ++b) {
+      wv[b] = reinterpret_cast<const uint4*>(st + (kB * wg + b) * kCodeBytes)[w4 * 32 + lane];
+      sv[b] = reinterpret_cast<const uint16_t*>(st + kRB * kCodeBytes + (kB * wg + b) * kScaleBytes)[w4 * 32 + lane];
     }
-    uint32_t ws2[2][2];
-    float wsf[2][2];
-    scale_regs<T, kVllm, 2>(sv, p.w_dec, ws2, wsf);
-    uint32_t a[2][4][4];
+    uint32_t ws2[kB][2];
+    float wsf[kB][2];
+    scale_regs<T, kVllm, kB>(sv, p.w_dec, ws2, wsf);
+    uint32_t a[kB][4][4];
 #pragma unroll
-    for (int b = 0; b < 2; ++b) {
+    for (int b = 0; b < kB; ++b) {
       dequant_step<T, kVllm>(wv[b].x, ws2[b], wsf[b], a[b][0]);
       dequant_step<T, kVllm>(wv[b].y, ws2[b], wsf[b], a[b][1]);
       dequant_step<T, kVllm>(wv[b].z, ws2[b], wsf[b], a[b][2]);
@@ -163,21 +171,21 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_kernel(const GemmParam
 #pragma unroll
     for (int k = 0; k < 4; ++k)
 #pragma unroll
-      for (int b = 0; b < 2; ++b) wgmma_m64k16<T, kT>(acc[b], a[b][k], smem_desc(xaddr + 32 * k));
+      for (int b = 0; b < kB; ++b) wgmma_m64k16<T, kT>(acc[b], a[b][k], smem_desc(xaddr + 32 * k));
     wgmma_commit();
     wgmma_wait<0>();
     __syncwarp();
     if (lane == 0) mbar_arrive(empty0 + 8 * s);
   }
 #pragma unroll
-  for (int b = 0; b < 2; ++b) fence_acc(acc[b]);
+  for (int b = 0; b < kB; ++b) fence_acc(acc[b]);
 
   // acc[b][4j + e] is the m16n8 accumulator layout of token tile j (8 tokens) of this warp's 16 rows.
   const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kT;
 #pragma unroll
-  for (int b = 0; b < 2; ++b) {
-    if (2 * wg + b >= live) continue;
-    const int tile = static_cast<int>((g0 + 2 * wg + b) * kTileGroup + w4);
+  for (int b = 0; b < kB; ++b) {
+    if (kB * wg + b >= live) continue;
+    const int tile = static_cast<int>((g0 + kB * wg + b) * kTileGroup + w4);
     if (tile >= p.n16) continue;
     if (p.splits == 1) {
       float t4[1][kT / 8][4];
@@ -255,20 +263,25 @@ __global__ void wgmma_probe_kernel(int* out) {
 #endif
 }
 
-template <typename T, int kMode, int kT>
+template <typename T, int kMode, int kT, int kCW>
 void launch_typed(const GemmParams& p, cudaStream_t stream) {
-  constexpr auto kernel = wgmma_gemm_kernel<T, kMode, kT>;
-  kernel_blocks_per_sm(reinterpret_cast<const void*>(kernel), kThreads, smem_bytes(kT));
+  constexpr auto kernel = wgmma_gemm_kernel<T, kMode, kT, kCW>;
+  kernel_blocks_per_sm(reinterpret_cast<const void*>(kernel), threads(kCW), smem_bytes(kT));
   const int64_t groups = stored_tiles(p.n16) / kTileGroup;
   const dim3 grid(static_cast<unsigned>(ceil_div(p.m, kT)), static_cast<unsigned>(ceil_div(groups, kRB)),
                   static_cast<unsigned>(p.splits));
-  launch_maybe_programmatic(p.programmatic, kernel, grid, dim3(kThreads), smem_bytes(kT), stream, p);
+  launch_maybe_programmatic(p.programmatic, kernel, grid, dim3(threads(kCW)), smem_bytes(kT), stream, p);
 }
 
 template <typename T, int kMode>
-void launch_tokens(const GemmParams& p, int tile_tokens, cudaStream_t stream) {
-  if (tile_tokens == 64) launch_typed<T, kMode, 64>(p, stream);
-  else launch_typed<T, kMode, 128>(p, stream);
+void launch_tokens(const GemmParams& p, int tile_tokens, int consumers, cudaStream_t stream) {
+  if (tile_tokens == 64) {
+    if (consumers == 4) launch_typed<T, kMode, 64, 4>(p, stream);
+    else launch_typed<T, kMode, 64, 2>(p, stream);
+  } else {
+    if (consumers == 4) launch_typed<T, kMode, 128, 4>(p, stream);
+    else launch_typed<T, kMode, 128, 2>(p, stream);
+  }
 }
 
 }  // namespace
@@ -340,15 +353,17 @@ static void launch_splitk_reduce(const GemmParams& p, DType act, cudaStream_t st
   NVFP4_CUDA_CHECK(cudaGetLastError());
 }
 
-void launch_wgmma_gemm(const GemmParams& p, DType act, Mode mode, int tile_tokens, cudaStream_t stream) {
-  NVFP4_CHECK(tile_tokens == 64 || tile_tokens == 128,
-              "wgmma gemm: tile_tokens " + std::to_string(tile_tokens) + ", expected 64 or 128");
+void launch_wgmma_gemm(const GemmParams& p, DType act, Mode mode, int tile_tokens, int consumers,
+                       cudaStream_t stream) {
+  NVFP4_CHECK((tile_tokens == 64 || tile_tokens == 128) && (consumers == 2 || consumers == 4),
+              "wgmma gemm: tile_tokens " + std::to_string(tile_tokens) + ", consumers " + std::to_string(consumers) +
+                  ", expected 64 or 128, and 2 or 4");
   if (act == DType::BF16) {
-    if (mode == Mode::Exact) launch_tokens<__nv_bfloat16, 0>(p, tile_tokens, stream);
-    else launch_tokens<__nv_bfloat16, 1>(p, tile_tokens, stream);
+    if (mode == Mode::Exact) launch_tokens<__nv_bfloat16, 0>(p, tile_tokens, consumers, stream);
+    else launch_tokens<__nv_bfloat16, 1>(p, tile_tokens, consumers, stream);
   } else {
-    if (mode == Mode::Exact) launch_tokens<__half, 0>(p, tile_tokens, stream);
-    else launch_tokens<__half, 1>(p, tile_tokens, stream);
+    if (mode == Mode::Exact) launch_tokens<__half, 0>(p, tile_tokens, consumers, stream);
+    else launch_tokens<__half, 1>(p, tile_tokens, consumers, stream);
   }
   NVFP4_CUDA_CHECK(cudaGetLastError());
   if (p.splits > 1) launch_splitk_reduce(p, act, stream);

@@ -10,11 +10,17 @@ namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-TEST(CudaWgmmaGrid, TokenTileByM) {
+TEST(CudaWgmmaGrid, TokenTileAndConsumersByMAndRule) {
   EXPECT_EQ(wgmma_tile_tokens(33), 64);
   EXPECT_EQ(wgmma_tile_tokens(64), 64);
   EXPECT_EQ(wgmma_tile_tokens(65), 128);
   EXPECT_EQ(wgmma_tile_tokens(4096), 128);
+  EXPECT_EQ(wgmma_consumers(64, 3), 2);   // default: 4 consumer warpgroups only at M = 65-128
+  EXPECT_EQ(wgmma_consumers(65, 3), 4);
+  EXPECT_EQ(wgmma_consumers(128, 3), 4);
+  EXPECT_EQ(wgmma_consumers(129, 3), 2);
+  EXPECT_EQ(wgmma_consumers(1000, 4), 4);
+  EXPECT_EQ(wgmma_consumers(40, 5), 2);
 }
 
 // Every split takes >= 8 chunks and none is empty (the kernel gives split z the chunks [z·per, z·per + per)),
