@@ -91,55 +91,46 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
          (1ull << 62);
 }
 
+// The accumulator operands of one wgmma: "+f"(d[o]) .. "+f"(d[o + 31]).
+#define NVFP4_ACC8(o) \
+  "+f"(d[o]), "+f"(d[o + 1]), "+f"(d[o + 2]), "+f"(d[o + 3]), "+f"(d[o + 4]), "+f"(d[o + 5]), "+f"(d[o + 6]), \
+      "+f"(d[o + 7])
+#define NVFP4_ACC32(o) NVFP4_ACC8(o), NVFP4_ACC8(o + 8), NVFP4_ACC8(o + 16), NVFP4_ACC8(o + 24)
+// wgmma.mma_async m64nNk16 for T (bf16 or f16) with D in the accumulator operands (the variadic list, numbered
+// from %0: DREGS), A in 4 registers (AREGS: the next four operand numbers), B from descriptor `desc`; D += A·B.
+#define NVFP4_WGMMA_RS(SHAPE, DREGS, AREGS, ...)                                                              \
+  do {                                                                                                        \
+    if constexpr (std::is_same_v<T, __nv_bfloat16>)                                                           \
+      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned." SHAPE            \
+                   ".f32.bf16.bf16 " DREGS ", " AREGS ", p, 1, 1, 0;\n}\n"                                     \
+                   : __VA_ARGS__                                                                              \
+                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));                                  \
+    else                                                                                                      \
+      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned." SHAPE            \
+                   ".f32.f16.f16 " DREGS ", " AREGS ", p, 1, 1, 0;\n}\n"                                       \
+                   : __VA_ARGS__                                                                              \
+                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));                                  \
+  } while (0)
 // D (m64n64, f32, 32 registers per thread) += A (registers) x B (shared memory descriptor).
 template <typename T>
 __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], const uint32_t (&a)[4], uint64_t desc) {
-#define NVFP4_WGMMA_ASM(TY) \
-  asm volatile( \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n" \
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " \
-      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24," \
-      "%25,%26,%27,%28,%29,%30,%31}, " \
-      "{%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n" \
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), \
-        "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), \
-        "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), \
-        "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc))
-  if constexpr (std::is_same_v<T, __nv_bfloat16>)
-    NVFP4_WGMMA_ASM("bf16");
-  else
-    NVFP4_WGMMA_ASM("f16");
-#undef NVFP4_WGMMA_ASM
+  NVFP4_WGMMA_RS("m64n64k16",
+                 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,"
+                 "%25,%26,%27,%28,%29,%30,%31}",
+                 "{%32,%33,%34,%35}, %36", NVFP4_ACC32(0));
 }
 // D (m64n128, f32, 64 registers per thread) += A (registers) x B (shared memory descriptor).
 template <typename T>
 __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], const uint32_t (&a)[4], uint64_t desc) {
-#define NVFP4_WGMMA_ASM(TY) \
-  asm volatile( \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n" \
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " \
-      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24," \
-      "%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47," \
-      "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, " \
-      "{%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n" \
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), \
-        "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), \
-        "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), \
-        "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), \
-        "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), \
-        "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), \
-        "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), \
-        "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc))
-  if constexpr (std::is_same_v<T, __nv_bfloat16>)
-    NVFP4_WGMMA_ASM("bf16");
-  else
-    NVFP4_WGMMA_ASM("f16");
-#undef NVFP4_WGMMA_ASM
+  NVFP4_WGMMA_RS("m64n128k16",
+                 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,"
+                 "%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+                 "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}",
+                 "{%64,%65,%66,%67}, %68", NVFP4_ACC32(0), NVFP4_ACC32(32));
 }
+#undef NVFP4_WGMMA_RS
+#undef NVFP4_ACC32
+#undef NVFP4_ACC8
 template <typename T, int kN>
 __device__ __forceinline__ void wgmma_m64k16(float (&d)[kN / 2], const uint32_t (&a)[4], uint64_t desc) {
   static_assert(kN == 64 || kN == 128, "m64n64k16 and m64n128k16 only");
