@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(threads(kCW), 1) wgmma_gemm_kernel(const GemmP
     for (int i = 0; i < pre; ++i) activations(i);
     for (int i = pre; i < nc; ++i) {
       const int s = i % kStages;
-      mbar_wait(empty0 + 8 * s, ((i / kStages) - 1) & 1);  // both warpgroups are done with its last use
+      mbar_wait(empty0 + 8 * s, ((i / kStages) - 1) & 1);  // every consumer warp is done with its last use
       mbar_arrive_expect_tx(full0 + 8 * s, tx);
       weights(i);
       activations(i);
