@@ -395,34 +395,6 @@ int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k, bool wgmma) {
   return n < 6144 ? 32 : 64;
 }
 
-namespace {
-// Estimated µs of a wgmma-kernel launch: rounds (the busiest SM's blocks over the blocks it runs at once, a
-// ragged last round costing its share, at least 1) x chunks per block x the time of one chunk of a full round,
-// plus, when split, the f32 partial sums (written and read once, then y written) and the reduction's launch.
-double estimate_us(int64_t m, int64_t n, int64_t n16, int64_t kc, int tokens, int groups_per_block, double chunk_us,
-                   int sms, int bps, int splits) {
-  const double partial_bytes_per_us = 3.0e6, reduce_launch_us = 2.0;  // H200, 2026-11-30
-  const int64_t blocks = ceil_div(m, tokens) * ceil_div(stored_tiles(n16) / kTileGroup, groups_per_block);
-  const int64_t per_sm = ceil_div(blocks * splits, std::max(sms, 1));
-  const double rounds = std::max(1.0, static_cast<double>(per_sm) / std::max(bps, 1));
-  double t = rounds * static_cast<double>(ceil_div(kc, splits)) * chunk_us;
-  if (splits > 1) t += static_cast<double>(m * n) * (8.0 * splits + 2.0) / partial_bytes_per_us + reduce_launch_us;
-  return t;
-}
-// The split (1-8, >= 8 chunks each when > 1) with the smallest estimate; a split must save >= 5% over the best
-// with fewer.
-template <class F>
-int pick_splits(int64_t kc, F time_us) {
-  int splits = 1;
-  double best = time_us(1);
-  for (int s = 2; s <= 8 && kc / s >= 8; ++s) {
-    const double t = time_us(s);
-    if (t < 0.95 * best) best = t, splits = s;
-  }
-  return splits;
-}
-}  // namespace
-
 int wgmma_tile_tokens(int64_t m) { return m <= 64 ? 64 : 128; }
 
 // 4 consumer warpgroups were faster only at M = 65-128 (128-token tiles; 2-11% on five of the seven bench
@@ -432,13 +404,26 @@ int wgmma_consumers(int64_t m, int rule) { return rule == 4 ? 4 : rule == 5 ? 2 
 
 double wgmma_time_us(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms, int splits) {
   // µs per K chunk of a round of blocks (one per SM), H200, 2026-11-30: 57344x8192 at M = 64 and 128 unsplit
-  // (2 rounds of 128 chunks: 159.7 and 206.9 µs).
+  // (2 rounds of 128 chunks: 159.7 and 206.9 µs); the f32 partial sums' rate and the reduction's launch.
   const int kt = wgmma_tile_tokens(m);
-  return estimate_us(m, n, n16, kc, kt, detail::kWgmmaRows / 64, kt == 64 ? 0.62 : 0.81, sms, 1, splits);
+  const double chunk_us = kt == 64 ? 0.62 : 0.81, partial_bytes_per_us = 3.0e6, reduce_launch_us = 2.0;
+  const int64_t blocks = ceil_div(m, kt) * ceil_div(stored_tiles(n16) / kTileGroup, detail::kWgmmaRows / 64);
+  // Rounds: the busiest SM's blocks, at least 1.
+  const double rounds = std::max<int64_t>(1, ceil_div(blocks * splits, std::max(sms, 1)));
+  double t = rounds * static_cast<double>(ceil_div(kc, splits)) * chunk_us;
+  if (splits > 1)  // written and read once, then y written
+    t += static_cast<double>(m * n) * (8.0 * splits + 2.0) / partial_bytes_per_us + reduce_launch_us;
+  return t;
 }
 
 int wgmma_splits(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms) {
-  return pick_splits(kc, [&](int s) { return wgmma_time_us(m, n, n16, kc, sms, s); });
+  int splits = 1;
+  double best = wgmma_time_us(m, n, n16, kc, sms, 1);
+  for (int s = 2; s <= 8 && kc / s >= 8; ++s) {
+    const double t = wgmma_time_us(m, n, n16, kc, sms, s);
+    if (t < 0.95 * best) best = t, splits = s;
+  }
+  return splits;
 }
 
 void set_programmatic_launch(bool on) { g_programmatic.store(on, std::memory_order_relaxed); }
