@@ -136,6 +136,14 @@ TEST(SafetensorsRead, MalformedEntries) {
   expect_error(open_error(d, raw_file(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1.5]}})", 1)),
                {"'a'", "data offset"});
   expect_error(open_error(d, raw_file(R"({"__metadata__":{"k":1}})", 0)), {"__metadata__", "'k'"});
+  // Names with control characters (JSON escapes) are quoted escaped, and the message stays one line.
+  expect_error(open_error(d, raw_file(R"({"a\nb\u0001":3})", 0)), {"'a\\nb\\x01'", "not a JSON object"});
+}
+
+TEST(Error, MessagesAreOneLineWithControlCharactersEscaped) {
+  EXPECT_STREQ(Error("tensor 'x\ny\r\tz\x7f\x1f' is bad").what(), "tensor 'x\\ny\\r\\tz\\x7f\\x1f' is bad");
+  EXPECT_STREQ(Error("caf\xc3\xa9 plain").what(), "caf\xc3\xa9 plain");  // UTF-8 bytes stay as they are
+  EXPECT_STREQ(UsageError("a\nb").what(), "a\\nb");
 }
 
 TEST(SafetensorsWrite, RoundTripLayout) {
