@@ -60,9 +60,10 @@ inline std::vector<uint8_t> read_bytes(const std::string& path) {
 // A safetensors image: u64 LE header length, the header text as given, `data_bytes` bytes of data.
 inline std::vector<uint8_t> raw_file(const std::string& header, size_t data_bytes, uint64_t declared_len = ~0ull) {
   const uint64_t n = declared_len == ~0ull ? header.size() : declared_len;
-  std::vector<uint8_t> b(8);
-  for (int i = 0; i < 8; ++i) b[i] = static_cast<uint8_t>(n >> (8 * i));
-  b.insert(b.end(), header.begin(), header.end());
+  std::vector<uint8_t> b;
+  b.reserve(8 + header.size() + data_bytes);
+  for (int i = 0; i < 8; ++i) b.push_back(static_cast<uint8_t>(n >> (8 * i)));
+  for (const char c : header) b.push_back(static_cast<uint8_t>(c));
   for (size_t i = 0; i < data_bytes; ++i) b.push_back(static_cast<uint8_t>(i * 7 + 1));
   return b;
 }
