@@ -398,7 +398,7 @@ int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k, bool wgmma) {
 int wgmma_tile_tokens(int64_t m) { return m <= 64 ? 64 : 128; }
 
 // 4 consumer warpgroups were faster only at M = 65-128 (128-token tiles; 2-11% on five of the seven bench
-// layers, equal or 2% slower on the other two) and 6-13% slower at M = 64 on the large layers (docs/PERF.md,
+// layers, equal or 2% slower on the other two) and 5-13% slower at M = 64 on the large layers (docs/PERF.md,
 // change 25).
 int wgmma_consumers(int64_t m, int rule) { return rule == 4 ? 4 : rule == 5 ? 2 : m > 64 && m <= 128 ? 4 : 2; }
 
