@@ -20,7 +20,7 @@ build() {  # $1 target name, $2... sources below the root
   local name=$1; shift
   local srcs=()
   for s in "$@"; do srcs+=("$root/$s"); done
-  if ! "$cxx" -std=c++17 -g -O1 -fsanitize=fuzzer,address -I"$root/src" "${inc[@]}" "${srcs[@]}" -o "$work/$name" \
+  if ! "$cxx" -std=c++17 -g -O1 -fsanitize=fuzzer,address -I"$root/src" -I"$root" "${inc[@]}" "${srcs[@]}" -o "$work/$name" \
        2>"$work/$name.build.log"; then
     echo "FAIL: fuzz target $name does not build"; cat "$work/$name.build.log"; exit 1
   fi
