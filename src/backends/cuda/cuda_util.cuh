@@ -115,9 +115,4 @@ void launch_maybe_programmatic(bool programmatic, void (*kernel)(P...), dim3 gri
   NVFP4_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...));
 }
 
-// Blocks of `threads` threads with `smem` bytes of dynamic shared memory that fit one SM of the current device
-// (at least 1). The first call per (kernel, device) also raises the kernel's dynamic shared-memory limit,
-// which launches above 48 KB need.
-int kernel_blocks_per_sm(const void* kernel, int threads, int smem);
-
 }  // namespace nvfp4::cuda::detail

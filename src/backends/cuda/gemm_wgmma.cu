@@ -19,10 +19,9 @@
 // z = K splits (f32 partial sums, added in order by a second kernel: deterministic).
 #include <algorithm>
 #include <cstdint>
-#include <map>
+#include <atomic>
 #include <mutex>
 #include <string>
-#include <utility>
 
 #include "backends/cuda/gemm.cuh"
 #include "backends/cuda/mma_frag.cuh"
@@ -266,7 +265,15 @@ __global__ void wgmma_probe_kernel(int* out) {
 template <typename T, int kMode, int kT, int kCW>
 void launch_typed(const GemmParams& p, cudaStream_t stream) {
   constexpr auto kernel = wgmma_gemm_kernel<T, kMode, kT, kCW>;
-  kernel_blocks_per_sm(reinterpret_cast<const void*>(kernel), threads(kCW), smem_bytes(kT));
+  // The first launch on a device raises this kernel's dynamic shared-memory limit there (launches above 48 KB
+  // need it); later launches only read a flag.
+  static std::atomic<bool> ready[64];  // per device; zero-initialized (static storage)
+  int dev = 0;
+  NVFP4_CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev >= 64 || !ready[dev].load(std::memory_order_acquire)) {
+    NVFP4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes(kT)));
+    if (dev < 64) ready[dev].store(true, std::memory_order_release);
+  }
   const int64_t groups = stored_tiles(p.n16) / kTileGroup;
   const dim3 grid(static_cast<unsigned>(ceil_div(p.m, kT)), static_cast<unsigned>(ceil_div(groups, kRB)),
                   static_cast<unsigned>(p.splits));
@@ -285,21 +292,6 @@ void launch_tokens(const GemmParams& p, int tile_tokens, int consumers, cudaStre
 }
 
 }  // namespace
-
-int kernel_blocks_per_sm(const void* kernel, int threads, int smem) {
-  static std::mutex mu;
-  static std::map<std::pair<const void*, int>, int> known;
-  int dev = 0;
-  NVFP4_CUDA_CHECK(cudaGetDevice(&dev));
-  std::lock_guard<std::mutex> lock(mu);
-  int& b = known[{kernel, dev}];
-  if (b == 0) {
-    NVFP4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    NVFP4_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernel, threads, smem));
-    b = std::max(b, 1);
-  }
-  return b;
-}
 
 bool wgmma_available(int device) {
   static std::mutex mu;
