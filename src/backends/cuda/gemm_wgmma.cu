@@ -7,14 +7,16 @@
 // that order (launch_permute_activations) and tiled, so that the B operand of step s is the 32 bytes at 32s of
 // each 128-byte token row (128-byte swizzle, the layout wgmma's descriptor reads).
 //
-// Block: 1 + kCW warpgroups. Warpgroup 0 (the producer: one thread) streams K chunks into a kStages-deep
-// shared-memory ring with bulk copies, one mbarrier per stage counting the bytes in: per chunk the codes (2 KB)
-// and scales (256 bytes) of the block's four 64-row blocks (stored tile groups of weight_layout.h, each
-// contiguous per chunk) and the activation tile (kT token rows x 128 bytes). The kCW (2 or 4) others are the
+// Block: 1 + kCW warpgroups. Warpgroup 0 (the producer) streams K chunks into a kStages-deep shared-memory ring
+// with bulk copies, one mbarrier per stage counting the bytes in: per chunk the codes (2 KB) and scales (256
+// bytes) of the block's four 64-row blocks (stored tile groups of weight_layout.h, each contiguous per chunk) and
+// the activation tile (kT token rows x 128 bytes). One thread of producer warp b issues row block b's copies (warp
+// 0 also the activation tile's), so four warps issue in parallel: one thread issuing all nine copies of a chunk
+// took about as long as the consumers' chunk at M <= 64 (docs/PERF.md, change 26). The kCW (2 or 4) others are the
 // consumers, each owning 4 / kCW of the row blocks: they wait for a stage, dequantize their weights into A
 // fragments, issue the chunk's MMAs, wait for them and release the stage (a second mbarrier per stage, one
 // arrival per consumer warp). The warpgroups keep no common pace: while one dequantizes, another's MMAs can
-// run, and the producer refills a stage as soon as all have released it.
+// run, and the producer warps refill a stage as soon as all consumers have released it.
 // Grid: x = token blocks of kT (fastest: blocks reading the same weights run together), y = blocks of 256 rows,
 // z = K splits (f32 partial sums, added in order by a second kernel: deterministic).
 #include <algorithm>
@@ -73,7 +75,7 @@ __global__ void __launch_bounds__(threads(kCW), 1) wgmma_gemm_kernel(const GemmP
 
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mbar_init(full0 + 8 * s, 1);
+      mbar_init(full0 + 8 * s, live);  // one arrival per producer warp with a row block inside
       mbar_init(empty0 + 8 * s, 4 * kCW);
     }
     mbar_init_fence();
@@ -92,43 +94,42 @@ __global__ void __launch_bounds__(threads(kCW), 1) wgmma_gemm_kernel(const GemmP
   }
   __syncthreads();
 
-  if (warp < 4) {  // producer
+  if (warp < 4) {  // producer: warp b < live copies row block b (and warp 0 the activation tile)
     setmaxnreg_dec<producer_regs(kCW)>();
-    if (warp != 0 || lane != 0 || nc == 0) return;
+    if (lane != 0 || warp >= live || nc == 0) return;
+    const int b = warp;
     const uint64_t evict_first = l2_evict_first();
-    const uint8_t* wq = reinterpret_cast<const uint8_t*>(p.wq);
-    const uint8_t* ws = reinterpret_cast<const uint8_t*>(p.ws);
-    const uint8_t* xt = static_cast<const uint8_t*>(p.x) + static_cast<int64_t>(blockIdx.x) * p.kc * kXBytes;
-    const uint32_t tx = kXBytes + live * (kCodeBytes + kScaleBytes);
-    auto weights = [&](int i) {
-      const int s = i % kStages;
-      const uint32_t st = base + s * kStage + kXBytes, bar = full0 + 8 * s;
-      for (int b = 0; b < live; ++b) {
-        const int64_t blk = (g0 + b) * p.kc + c0 + i;  // (tile group, chunk)
-        bulk_copy(st + b * kCodeBytes, wq + blk * kCodeBytes, kCodeBytes, bar, evict_first);
-        bulk_copy(st + kRB * kCodeBytes + b * kScaleBytes, ws + blk * kScaleBytes, kScaleBytes, bar, evict_first);
-      }
+    const int64_t blk0 = (g0 + b) * p.kc + c0;  // (tile group, chunk) of this warp's first chunk
+    const uint8_t* wq = reinterpret_cast<const uint8_t*>(p.wq) + blk0 * kCodeBytes;
+    const uint8_t* ws = reinterpret_cast<const uint8_t*>(p.ws) + blk0 * kScaleBytes;
+    const uint8_t* xt = static_cast<const uint8_t*>(p.x) + (static_cast<int64_t>(blockIdx.x) * p.kc + c0) * kXBytes;
+    const uint32_t tx = kCodeBytes + kScaleBytes + (b == 0 ? kXBytes : 0);
+    const uint32_t wdst = base + kXBytes + b * kCodeBytes, sdst = base + kXBytes + kRB * kCodeBytes + b * kScaleBytes;
+    auto weights = [&](int i, int s) {
+      const uint32_t bar = full0 + 8 * s;
+      bulk_copy(wdst + s * kStage, wq + static_cast<int64_t>(i) * kCodeBytes, kCodeBytes, bar, evict_first);
+      bulk_copy(sdst + s * kStage, ws + static_cast<int64_t>(i) * kScaleBytes, kScaleBytes, bar, evict_first);
     };
-    auto activations = [&](int i) {
-      const int s = i % kStages;
-      bulk_copy(base + s * kStage, xt + static_cast<int64_t>(c0 + i) * kXBytes, kXBytes, full0 + 8 * s);
+    auto activations = [&](int i, int s) {
+      bulk_copy(base + s * kStage, xt + static_cast<int64_t>(i) * kXBytes, kXBytes, full0 + 8 * s);
     };
     // The first stages' weights are requested before waiting for the previous kernel (programmatic launch:
     // it may still be writing the activations).
     const int pre = min(nc, kStages);
     for (int i = 0; i < pre; ++i) {
       mbar_arrive_expect_tx(full0 + 8 * i, tx);
-      weights(i);
+      weights(i, i);
     }
     pdl_wait();
     pdl_launch_dependents();
-    for (int i = 0; i < pre; ++i) activations(i);
-    for (int i = pre; i < nc; ++i) {
-      const int s = i % kStages;
-      mbar_wait(empty0 + 8 * s, ((i / kStages) - 1) & 1);  // every consumer warp is done with its last use
+    if (b == 0)
+      for (int i = 0; i < pre; ++i) activations(i, i);
+    for (int i = pre, s = 0, phase = 0; i < nc; ++i) {  // s = i % kStages, phase = (i / kStages - 1) & 1
+      mbar_wait(empty0 + 8 * s, phase);  // every consumer warp is done with its last use
       mbar_arrive_expect_tx(full0 + 8 * s, tx);
-      weights(i);
-      activations(i);
+      weights(i, s);
+      if (b == 0) activations(i, s);
+      if (++s == kStages) s = 0, phase ^= 1;
     }
     return;
   }
