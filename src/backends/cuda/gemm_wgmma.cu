@@ -144,7 +144,10 @@ __global__ void __launch_bounds__(threads(kCW), 1) wgmma_gemm_kernel(const GemmP
     for (int i = 0; i < kAcc; ++i) acc[b][i] = 0.0f;
   pdl_wait();  // before writing y
   pdl_launch_dependents();
-  for (int i = 0; i < nc; ++i) {
+  // Two A-fragment buffers: chunk i + 1 is dequantized while chunk i's MMAs run, and a stage is released once the
+  // MMAs of the chunk after it have been issued (wgmma_wait<1>: at most that one group still in flight).
+  uint32_t a0[kB][4][4], a1[kB][4][4];  // a1: not used by the one-buffer loop below
+  auto dequant = [&](int i, uint32_t (&a)[kB][4][4]) {
     const int s = i % kStages;
     mbar_wait(full0 + 8 * s, (i / kStages) & 1);
     const uint8_t* st = ring + s * kStage + kXBytes;
@@ -158,7 +161,6 @@ __global__ void __launch_bounds__(threads(kCW), 1) wgmma_gemm_kernel(const GemmP
     uint32_t ws2[kB][2];
     float wsf[kB][2];
     scale_regs<T, kVllm, kB>(sv, p.w_dec, ws2, wsf);
-    uint32_t a[kB][4][4];
 #pragma unroll
     for (int b = 0; b < kB; ++b) {
       dequant_step<T, kVllm>(wv[b].x, ws2[b], wsf[b], a[b][0]);
@@ -166,16 +168,47 @@ __global__ void __launch_bounds__(threads(kCW), 1) wgmma_gemm_kernel(const GemmP
       dequant_step<T, kVllm>(wv[b].z, ws2[b], wsf[b], a[b][2]);
       dequant_step<T, kVllm>(wv[b].w, ws2[b], wsf[b], a[b][3]);
     }
-    const uint32_t xaddr = base + s * kStage;
+  };
+  auto mma = [&](int i, const uint32_t (&a)[kB][4][4]) {
+    const uint32_t xaddr = base + (i % kStages) * kStage;
     wgmma_fence();
 #pragma unroll
     for (int k = 0; k < 4; ++k)
 #pragma unroll
       for (int b = 0; b < kB; ++b) wgmma_m64k16<T, kT>(acc[b], a[b][k], smem_desc(xaddr + 32 * k));
     wgmma_commit();
-    wgmma_wait<0>();
+  };
+  auto release = [&](int i) {
     __syncwarp();
-    if (lane == 0) mbar_arrive(empty0 + 8 * s);
+    if (lane == 0) mbar_arrive(empty0 + 8 * (i % kStages));
+  };
+  if constexpr (kT == 128 && kCW == 4) {
+    // 112 registers hold 64 accumulators and one A buffer, not two (ptxas would serialize the MMAs): one chunk
+    // at a time.
+    for (int i = 0; i < nc; ++i) {
+      dequant(i, a0);
+      mma(i, a0);
+      wgmma_wait<0>();
+      release(i);
+    }
+  } else {
+    if (nc > 0) {
+      dequant(0, a0);
+      mma(0, a0);
+    }
+    for (int i = 1; i < nc; i += 2) {
+      dequant(i, a1);
+      mma(i, a1);
+      wgmma_wait<1>();
+      release(i - 1);
+      if (i + 1 == nc) break;
+      dequant(i + 1, a0);
+      mma(i + 1, a0);
+      wgmma_wait<1>();
+      release(i);
+    }
+    wgmma_wait<0>();
+    if (nc > 0) release(nc - 1);
   }
 #pragma unroll
   for (int b = 0; b < kB; ++b) fence_acc(acc[b]);
