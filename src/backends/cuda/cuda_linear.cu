@@ -193,7 +193,12 @@ class CudaLinearImpl final : public CudaLinear {
     chunk_rows_ = static_cast<int>(std::min<int64_t>(rows, n16_ * 16));
   }
   void set_grid_rule(int r) { grid_rule_ = r; }
-  void set_splits(int s) { forced_splits_ = std::max(0, s); }
+  void set_splits(int s, int rb0) {
+    NVFP4_CHECK(rb0 >= 0 && static_cast<int64_t>(rb0) * detail::kWgmmaRows < n_,
+                "cuda linear: first split block " + std::to_string(rb0) + " outside the " + std::to_string(n_) + " rows");
+    forced_splits_ = std::max(0, s);
+    forced_split_rb0_ = rb0;
+  }
   void set_fused_max_m(int64_t m) { fused_max_m_ = m < 0 ? default_fused_max_m(sem_, n_, k_, wgmma_) : m; }
   int64_t fused_max_m() const { return fused_max_m_; }
   Semantics semantics() const override { return sem_; }
@@ -291,8 +296,11 @@ class CudaLinearImpl final : public CudaLinear {
   // M > 32 (rule 3, sm_90a): the activations permuted into the wgmma kernel's K order and token tiles, then that
   // kernel; K split over up to 8 blocks (>= 8 chunks each) where wgmma_time_us estimates that faster.
   void wgmma(detail::GemmParams& p, detail::Mode mode, int rule, cudaStream_t stream) const {
-    p.splits = forced_splits_ > 0 ? static_cast<int>(std::min<int64_t>(forced_splits_, kc_))
-                                  : wgmma_splits(p.m, n_, n16_, kc_, sms_);
+    const WgmmaSplit sp = forced_splits_ > 0 ? WgmmaSplit{static_cast<int>(std::min<int64_t>(forced_splits_, kc_)),
+                                                          forced_split_rb0_}
+                                             : wgmma_split(p.m, n_, n16_, kc_, sms_);
+    p.splits = sp.splits;
+    p.split_rb0 = sp.splits > 1 ? sp.split_rb0 : 0;
     const int kt = wgmma_tile_tokens(p.m);
     StreamBuf xp(static_cast<size_t>(detail::wgmma_x_bytes(p.m, static_cast<int>(kc_), kt)), stream);
     detail::launch_permute_activations(p.x, act_, p.m, static_cast<int>(k_), static_cast<int>(kc_), kt, xp.get(),
@@ -300,7 +308,8 @@ class CudaLinearImpl final : public CudaLinear {
     p.x = xp.get();
     std::unique_ptr<StreamBuf> part;
     if (p.splits > 1) {
-      part = std::make_unique<StreamBuf>(static_cast<size_t>(p.splits * p.m * n_ * 4), stream);
+      const int64_t cols = n_ - static_cast<int64_t>(p.split_rb0) * detail::kWgmmaRows;  // the split blocks' columns
+      part = std::make_unique<StreamBuf>(static_cast<size_t>(p.splits * p.m * cols * 4), stream);
       p.partial = reinterpret_cast<float*>(part->get());
     }
     detail::launch_wgmma_gemm(p, act_, mode, kt, wgmma_consumers(p.m, rule), stream);
@@ -352,7 +361,8 @@ class CudaLinearImpl final : public CudaLinear {
 
   int sms_ = 132;
   int grid_rule_ = -1;
-  int forced_splits_ = 0;  // wgmma kernel's K split, 0 = wgmma_splits
+  int forced_splits_ = 0;  // wgmma kernel's K split, 0 = wgmma_split's
+  int forced_split_rb0_ = 0;  // and its first split block of 256 rows
   bool wgmma_ = false;  // the device runs the sm_90a wgmma kernel
   bool programmatic_ = false;  // the device has programmatic dependent launch (sm_90+)
   mutable std::mutex mu_;
@@ -375,7 +385,9 @@ void set_fused_max_m(CudaLinear& l, int64_t fused_max_m) {
 
 void set_fused_grid_rule(CudaLinear& l, int rule) { dynamic_cast<CudaLinearImpl&>(l).set_grid_rule(rule); }
 
-void set_wgmma_splits(CudaLinear& l, int splits) { dynamic_cast<CudaLinearImpl&>(l).set_splits(splits); }
+void set_wgmma_splits(CudaLinear& l, int splits, int split_rb0) {
+  dynamic_cast<CudaLinearImpl&>(l).set_splits(splits, split_rb0);
+}
 
 void set_weight_tile_rows(CudaLinear& l, int rows) { dynamic_cast<CudaLinearImpl&>(l).set_tile_rows(rows); }
 
@@ -383,11 +395,12 @@ void set_weight_tile_rows(CudaLinear& l, int rows) { dynamic_cast<CudaLinearImpl
 int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k, bool wgmma) {
   const int64_t nk = n * k;
   // Hopper: the wgmma kernel (M > 32) reads the weights once per 64-128 tokens and never writes a dequantized
-  // copy; it wins up to M = 256 on small layers, about 1024 on mid-size ones and 1536 on large ones (the
-  // dequantize + cuBLAS path only from M = 2048 there); the vLLM flavour's per-weight f32 rounding makes it
-  // lose from M = 192 on small layers, 512 on mid-size and 768 on large ones (docs/PERF.md, change 24).
-  if (wgmma && s != Semantics::W4A4_VLLM) return nk < (48ll << 20) ? 256 : nk < (200ll << 20) ? 1024 : 1536;
-  if (wgmma) return nk < (48ll << 20) ? 128 : nk < (200ll << 20) ? 384 : 512;
+  // copy; it wins up to M = 256 on small layers (at 384-2048 within +-15% of the dequantize + cuBLAS path, mostly
+  // slower), 1536 on mid-size ones (2048 within 5% either way) and at least 2048 on large ones (0.84-0.94 there,
+  // not measured above); the vLLM flavour's per-weight f32 rounding makes it lose from M = 384 on small layers,
+  // 512 on mid-size and 1024 on large ones (docs/PERF.md, change 28's scan).
+  if (wgmma && s != Semantics::W4A4_VLLM) return nk < (48ll << 20) ? 256 : nk < (200ll << 20) ? 1536 : 2048;
+  if (wgmma) return nk < (48ll << 20) ? 128 : nk < (200ll << 20) ? 384 : 768;
   // Elsewhere the decode kernel with 32-token tiles: the exact-weight kernel (w4a16, and w4a4 on its
   // dequantized activations) wins up to M = 64 on small layers and up to 96-128 on large ones; the vLLM
   // flavour rounds every weight in f32 and loses earlier on N = 4096 layers.
@@ -397,33 +410,70 @@ int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k, bool wgmma) {
 
 int wgmma_tile_tokens(int64_t m) { return m <= 64 ? 64 : 128; }
 
-// 4 consumer warpgroups were faster only at M = 65-128 (128-token tiles; 2-11% on five of the seven bench
-// layers, equal or 2% slower on the other two) and 5-13% slower at M = 64 on the large layers (docs/PERF.md,
-// change 25).
-int wgmma_consumers(int64_t m, int rule) { return rule == 4 ? 4 : rule == 5 ? 2 : m > 64 && m <= 128 ? 4 : 2; }
+// 4 consumer warpgroups were faster at M <= 128 on five of the seven bench layers (2-9%) and within 1.5% on the
+// other two, once the producer work was spread over four warps and the A fragments double-buffered (docs/PERF.md,
+// change 28); with 128-token tiles above M = 128 the 2-warpgroup kernel keeps two A buffers, the 4 cannot.
+int wgmma_consumers(int64_t m, int rule) { return rule == 4 ? 4 : rule == 5 ? 2 : m <= 128 ? 4 : 2; }
 
-double wgmma_time_us(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms, int splits) {
-  // µs per K chunk of a round of blocks (one per SM), H200, 2026-11-30: 57344x8192 at M = 64 and 128 unsplit
-  // (2 rounds of 128 chunks: 159.7 and 206.9 µs); the f32 partial sums' rate and the reduction's launch.
+namespace {
+// Finish time, in chunks, of `a` blocks of `la` chunks followed by `b` blocks of `lb` chunks, each block started
+// in launch order on the SM that is free first (one block per SM).
+int64_t makespan_chunks(int64_t a, int64_t la, int64_t b, int64_t lb, int sms) {
+  std::map<int64_t, int64_t> free_at;  // time -> SMs free from then on
+  const int64_t q = a / sms, r = a % sms;
+  free_at[q * la] += sms - r;
+  if (r) free_at[(q + 1) * la] += r;
+  int64_t end = r ? (q + 1) * la : q * la;
+  while (b > 0) {
+    const auto [t, c] = *free_at.begin();
+    free_at.erase(free_at.begin());
+    const int64_t k = std::min(b, c);
+    b -= k;
+    free_at[t + lb] += k;
+    end = std::max(end, t + lb);
+  }
+  return end;
+}
+}  // namespace
+
+double wgmma_time_us(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms, WgmmaSplit split) {
+  // µs per K chunk of a round of blocks (one per SM), H200, 2026-11-30, after change 27: 57344x8192 unsplit at
+  // M = 64 (2 rounds of 128 chunks: 140.7 µs) and M = 1024 (14 rounds: 1330.1 µs); the f32 partial sums' rate
+  // and the reduction's launch.
   const int kt = wgmma_tile_tokens(m);
-  const double chunk_us = kt == 64 ? 0.62 : 0.81, partial_bytes_per_us = 3.0e6, reduce_launch_us = 2.0;
-  const int64_t blocks = ceil_div(m, kt) * ceil_div(stored_tiles(n16) / kTileGroup, detail::kWgmmaRows / 64);
-  // Rounds: the busiest SM's blocks, at least 1.
-  const double rounds = std::max<int64_t>(1, ceil_div(blocks * splits, std::max(sms, 1)));
-  double t = rounds * static_cast<double>(ceil_div(kc, splits)) * chunk_us;
-  if (splits > 1)  // written and read once, then y written
-    t += static_cast<double>(m * n) * (8.0 * splits + 2.0) / partial_bytes_per_us + reduce_launch_us;
+  const double chunk_us = kt == 64 ? 0.55 : 0.74, partial_bytes_per_us = 3.0e6, reduce_launch_us = 2.0;
+  const int64_t token_blocks = ceil_div(m, kt);
+  const int64_t row_blocks = ceil_div(stored_tiles(n16) / kTileGroup, detail::kWgmmaRows / 64);
+  const int s = std::max(1, split.splits);
+  const int64_t rb0 = s > 1 ? std::clamp<int64_t>(split.split_rb0, 0, row_blocks - 1) : row_blocks;
+  const int64_t chunks = makespan_chunks(rb0 * token_blocks, kc, (row_blocks - rb0) * token_blocks * s,
+                                         ceil_div(kc, s), std::max(sms, 1));
+  double t = static_cast<double>(chunks) * chunk_us;
+  if (s > 1) {  // the split blocks' columns: partial sums written and read once, then y written
+    const int64_t cols = std::max<int64_t>(0, n - rb0 * detail::kWgmmaRows);
+    t += static_cast<double>(m * cols) * (8.0 * s + 2.0) / partial_bytes_per_us + reduce_launch_us;
+  }
   return t;
 }
 
-int wgmma_splits(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms) {
-  int splits = 1;
-  double best = wgmma_time_us(m, n, n16, kc, sms, 1);
-  for (int s = 2; s <= 8 && kc / s >= 8; ++s) {
-    const double t = wgmma_time_us(m, n, n16, kc, sms, s);
-    if (t < 0.95 * best) best = t, splits = s;
+WgmmaSplit wgmma_split(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms) {
+  WgmmaSplit best{1, 0};
+  double best_us = wgmma_time_us(m, n, n16, kc, sms, best);
+  auto consider = [&](WgmmaSplit c) {
+    const double t = wgmma_time_us(m, n, n16, kc, sms, c);
+    if (t < 0.95 * best_us) best = c, best_us = t;
+  };
+  for (int s = 2; s <= 8 && kc / s >= 8; ++s) consider({s, 0});
+  // Only the blocks of the last, partial round split: as many 256-row blocks (all their token blocks) as cover it.
+  const int64_t token_blocks = ceil_div(m, wgmma_tile_tokens(m));
+  const int64_t row_blocks = ceil_div(stored_tiles(n16) / kTileGroup, detail::kWgmmaRows / 64);
+  const int64_t blocks = token_blocks * row_blocks, last = sms > 0 ? blocks % sms : 0;
+  if (blocks > sms && last > 0) {
+    const int64_t split_rows = ceil_div(last, token_blocks);
+    if (split_rows < row_blocks)
+      for (int s = 2; s <= 8 && kc / s >= 8; ++s) consider({s, static_cast<int>(row_blocks - split_rows)});
   }
-  return splits;
+  return best;
 }
 
 void set_programmatic_launch(bool on) { g_programmatic.store(on, std::memory_order_relaxed); }

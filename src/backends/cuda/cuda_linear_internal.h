@@ -34,19 +34,26 @@ int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k, bool wgmma);
 // The layer's current crossover.
 int64_t fused_max_m(const CudaLinear& l);
 // The wgmma kernel's grid (host rules, no device needed): token tile (64 for M <= 64, else 128; blocks of 256
-// weight rows, one per SM); estimated µs with K split over `splits` blocks on `sms` SMs: rounds (the busiest SM's
-// blocks, at least 1) x chunks per block x the measured time of one chunk of a round (0.62 / 0.81 µs for 64 /
-// 128 tokens, H200), plus, when split, the f32 partial sums written and read (8·splits·M·N bytes) and y written
-// at 3 TB/s and the reduction's launch (2 µs); and the split (1-8, each >= 8 chunks of 64 when > 1) with the
-// smallest estimate, a split only where it saves >= 5% over the best with fewer.
+// weight rows, one per SM) and K split. A split covers the 256-row blocks from split_rb0 on (0: all; those before
+// it run whole), each over `splits` blocks of one K range. Estimated µs: the finish time of the blocks, each
+// started in launch order on the first free SM, in chunks, x the measured time of one chunk of a round (0.55 /
+// 0.74 µs for 64 / 128 tokens, H200), plus, when split, the split columns' f32 partial sums written and read
+// (8·splits·M·cols bytes) and y written at 3 TB/s and the reduction's launch (2 µs). wgmma_split: the split
+// (1-8, each >= 8 chunks of 64 when > 1; over all blocks, or over as many trailing 256-row blocks as the last
+// partial round holds) with the smallest estimate, a split only where it saves >= 5% over the best so far.
+struct WgmmaSplit {
+  int splits = 1;
+  int split_rb0 = 0;
+};
 int wgmma_tile_tokens(int64_t m);
-// Consumer warpgroups of the wgmma kernel for grid rule `rule`: 3 (the default) 4 at M = 65-128, else 2; 4 and
-// 5 force 4 and 2 (measurements and tests).
+// Consumer warpgroups of the wgmma kernel for grid rule `rule`: 3 (the default) 4 at M <= 128, else 2; 4 and 5
+// force 4 and 2 (measurements and tests).
 int wgmma_consumers(int64_t m, int rule);
-double wgmma_time_us(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms, int splits);
-int wgmma_splits(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms);
-// Forces the wgmma kernel's K split (blocks per K range; at most the chunk count); 0 restores wgmma_splits.
-void set_wgmma_splits(CudaLinear& l, int splits);
+double wgmma_time_us(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms, WgmmaSplit split);
+WgmmaSplit wgmma_split(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms);
+// Forces the wgmma kernel's K split (blocks per K range, at most the chunk count; from 256-row block split_rb0
+// on); splits 0 restores wgmma_split's.
+void set_wgmma_splits(CudaLinear& l, int splits, int split_rb0 = 0);
 
 // The fused paths launch their kernels programmatically (sm_90+): each may be scheduled while the previous
 // kernel in the stream (the W4A4 quantizer, the kernel that wrote x, another layer) still runs, and streams

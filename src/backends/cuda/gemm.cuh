@@ -27,8 +27,9 @@ struct GemmParams {
   float w_dec = 1.0f;               // vLLM flavour: D_w
   int wk = 8;                       // warps of a block splitting K (1, 2, 4, 8); 8 / wk weight tiles per block
   bool programmatic = false;        // programmatic launch after the previous kernel in the stream (sm_90+)
-  int splits = 1;                   // wgmma kernel: blocks splitting K (partial sums in `partial`)
-  float* partial = nullptr;         // (splits, m, N) f32 when splits > 1
+  int splits = 1;                   // wgmma kernel: blocks splitting K of each split row block
+  int split_rb0 = 0;                // wgmma kernel: first split row block (256 rows); those before it whole
+  float* partial = nullptr;         // (splits, m, N - 256·split_rb0) f32 when splits > 1
 };
 
 // Blocks of 8 warps per SM the fused kernel for token tiles of 8·nt and nw weight tiles per warp is
@@ -46,7 +47,8 @@ void launch_fused_gemm(const GemmParams& p, DType act, Mode mode, int nt, int nw
 // copies, two or four consumer warpgroups dequantize (as the decode kernel) and multiply with wgmma, the dequantized
 // weights as the register A operand. p.x: the activations as launch_permute_activations writes them
 // (wgmma_x_bytes(m, kc, tile_tokens) bytes: permuted into the MMA column order, in token tiles, zero past M
-// and K). p.splits blocks split K (then p.partial holds their f32 sums and a second kernel adds them in order).
+// and K). Row blocks from p.split_rb0 on are split over p.splits blocks along K (p.partial holds their f32 sums
+// of columns 256·split_rb0 .. N - 1 and a second kernel adds them in order); 0: all of them; p.splits = 1: none.
 bool wgmma_available(int device);
 constexpr int kWgmmaRows = 256;
 inline int64_t wgmma_x_bytes(int64_t m, int kc, int tile_tokens) {

@@ -17,8 +17,10 @@
 // fragments, issue the chunk's MMAs, wait for them and release the stage (a second mbarrier per stage, one
 // arrival per consumer warp). The warpgroups keep no common pace: while one dequantizes, another's MMAs can
 // run, and the producer warps refill a stage as soon as all consumers have released it.
-// Grid: x = token blocks of kT (fastest: blocks reading the same weights run together), y = blocks of 256 rows,
-// z = K splits (f32 partial sums, added in order by a second kernel: deterministic).
+// Grid: x = token blocks of kT (fastest: blocks reading the same weights run together), y = blocks of 256 rows:
+// first the whole row blocks 0 .. split_rb0 - 1, then splits x the row blocks from split_rb0 on, each split taking
+// one K range (f32 partial sums, added in order by a second kernel: deterministic). Splitting only the row
+// blocks of a last, partial round shortens that round without the partial sums of every block.
 #include <algorithm>
 #include <cstdint>
 #include <atomic>
@@ -68,10 +70,19 @@ __global__ void __launch_bounds__(threads(kCW), 1) wgmma_gemm_kernel(const GemmP
   const uint32_t full0 = base + kStages * kStage, empty0 = full0 + 8 * kStages;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int64_t groups = stored_tiles(p.n16) / kTileGroup;
-  const int64_t g0 = static_cast<int64_t>(blockIdx.y) * kRB;
+  // This block's 256 rows and K range: y < split_rb0 a whole block of rows, then split z of block
+  // split_rb0 + j % (blocks split).
+  int yb = blockIdx.y, z = 0;
+  const bool split = p.splits > 1 && yb >= p.split_rb0;
+  if (split) {
+    const int tail = static_cast<int>((groups + kRB - 1) / kRB) - p.split_rb0, j = yb - p.split_rb0;
+    yb = p.split_rb0 + j % tail;
+    z = j / tail;
+  }
+  const int64_t g0 = static_cast<int64_t>(yb) * kRB;
   const int live = static_cast<int>(min(static_cast<int64_t>(kRB), groups - g0));  // row blocks inside
-  // K split: blockIdx.z takes chunks [c0, c0 + nc).
-  const int per = (p.kc + p.splits - 1) / p.splits, c0 = blockIdx.z * per, nc = max(0, min(p.kc - c0, per));
+  // Chunks [c0, c0 + nc).
+  const int per = split ? (p.kc + p.splits - 1) / p.splits : p.kc, c0 = z * per, nc = max(0, min(p.kc - c0, per));
 
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
@@ -220,7 +231,7 @@ __global__ void __launch_bounds__(threads(kCW), 1) wgmma_gemm_kernel(const GemmP
     if (kB * wg + b >= live) continue;
     const int tile = static_cast<int>((g0 + kB * wg + b) * kTileGroup + w4);
     if (tile >= p.n16) continue;
-    if (p.splits == 1) {
+    if (!split) {
       float t4[1][kT / 8][4];
 #pragma unroll
       for (int j = 0; j < kT / 8; ++j)
@@ -229,14 +240,15 @@ __global__ void __launch_bounds__(threads(kCW), 1) wgmma_gemm_kernel(const GemmP
       store_tiles<T, kT / 8, 1>(p, tile, m0, t4);
       continue;
     }
-    const int g = lane >> 2, t = lane & 3;  // K split: raw f32 partial sums, [split][token][n]
+    const int g = lane >> 2, t = lane & 3;  // K split: raw f32 partial sums, [split][token][n - n0]
+    const int n0 = p.split_rb0 * kWgmmaRows, wn = p.n - n0;
 #pragma unroll
     for (int j = 0; j < kT / 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int n = tile * 16 + g + 8 * (e >> 1);
         const int64_t tok = m0 + 8 * j + 2 * t + (e & 1);
-        if (n < p.n && tok < p.m) p.partial[(blockIdx.z * p.m + tok) * p.n + n] = acc[b][4 * j + e];
+        if (n < p.n && tok < p.m) p.partial[(z * p.m + tok) * wn + (n - n0)] = acc[b][4 * j + e];
       }
   }
 #endif
@@ -272,20 +284,23 @@ __global__ void permute_tiles_kernel(const T* __restrict__ x, int64_t m, int k, 
   *reinterpret_cast<uint4*>(dst) = make_uint4(v[0], v[1], v[2], v[3]);
 }
 
-// y = T(T(Σ_z partial[z] · out_scale) + bias), the splits added in order z = 0, 1, ... (deterministic).
+// y = T(T(Σ_z partial[z] · out_scale) + bias) for the split columns n0 .. N - 1, the splits added in order z =
+// 0, 1, ... (deterministic).
 template <typename T>
 __global__ void splitk_reduce_kernel(const GemmParams p) {
   using A = Act<T>;
   pdl_wait();  // the partial sums
   pdl_launch_dependents();
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t total = p.m * p.n;
+  const int n0 = p.split_rb0 * kWgmmaRows, wn = p.n - n0;
+  const int64_t total = p.m * wn;
   if (idx >= total) return;
   float sum = p.partial[idx];
   for (int z = 1; z < p.splits; ++z) sum += p.partial[z * total + idx];
+  const int n = n0 + static_cast<int>(idx % wn);
   T out = A::one(__fmul_rn(sum, p.out_scale));
-  if (p.bias) out = A::one(__fadd_rn(A::back(out), p.bias[idx % p.n]));
-  static_cast<T*>(p.y)[idx] = out;
+  if (p.bias) out = A::one(__fadd_rn(A::back(out), p.bias[n]));
+  static_cast<T*>(p.y)[idx / wn * p.n + n] = out;
 }
 
 __global__ void wgmma_probe_kernel(int* out) {
@@ -309,8 +324,9 @@ void launch_typed(const GemmParams& p, cudaStream_t stream) {
     if (dev < 64) ready[dev].store(true, std::memory_order_release);
   }
   const int64_t groups = stored_tiles(p.n16) / kTileGroup;
-  const dim3 grid(static_cast<unsigned>(ceil_div(p.m, kT)), static_cast<unsigned>(ceil_div(groups, kRB)),
-                  static_cast<unsigned>(p.splits));
+  const int64_t rbs = ceil_div(groups, kRB);
+  const int64_t y = p.splits > 1 ? p.split_rb0 + (rbs - p.split_rb0) * p.splits : rbs;
+  const dim3 grid(static_cast<unsigned>(ceil_div(p.m, kT)), static_cast<unsigned>(y));
   launch_maybe_programmatic(p.programmatic, kernel, grid, dim3(threads(kCW)), smem_bytes(kT), stream, p);
 }
 
@@ -369,9 +385,9 @@ void launch_permute_activations(const void* x, DType act, int64_t m, int k, int 
   NVFP4_CUDA_CHECK(cudaGetLastError());
 }
 
-// y = T(T(Σ_z p.partial[z] · out_scale) + bias) after a K-split launch.
+// y = T(T(Σ_z p.partial[z] · out_scale) + bias) for the split columns after a K-split launch.
 static void launch_splitk_reduce(const GemmParams& p, DType act, cudaStream_t stream) {
-  const dim3 blocks(static_cast<unsigned>(ceil_div(p.m * p.n, 256)));
+  const dim3 blocks(static_cast<unsigned>(ceil_div(p.m * (p.n - p.split_rb0 * kWgmmaRows), 256)));
   if (act == DType::BF16)
     launch_maybe_programmatic(p.programmatic, splitk_reduce_kernel<__nv_bfloat16>, blocks, dim3(256), 0, stream, p);
   else
@@ -381,6 +397,9 @@ static void launch_splitk_reduce(const GemmParams& p, DType act, cudaStream_t st
 
 void launch_wgmma_gemm(const GemmParams& p, DType act, Mode mode, int tile_tokens, int consumers,
                        cudaStream_t stream) {
+  NVFP4_CHECK(p.splits == 1 || (p.split_rb0 >= 0 && static_cast<int64_t>(p.split_rb0) * kWgmmaRows < p.n),
+              "wgmma gemm: first split row block " + std::to_string(p.split_rb0) + " outside the " +
+                  std::to_string(p.n) + " rows");
   NVFP4_CHECK((tile_tokens == 64 || tile_tokens == 128) && (consumers == 2 || consumers == 4),
               "wgmma gemm: tile_tokens " + std::to_string(tile_tokens) + ", consumers " + std::to_string(consumers) +
                   ", expected 64 or 128, and 2 or 4");

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -44,12 +45,14 @@ std::vector<uint16_t> abs_act(DType t, const std::vector<uint16_t>& x) {
 
 // Runs the layer on the GPU with a poisoned output (and poisoned guard rows after it); returns y bits.
 std::vector<uint16_t> run_gpu(const LinearWeights& w, Semantics s, DType t, const std::vector<uint16_t>& x,
-                              int64_t m, int tile_rows = 0, int grid_rule = -1, int64_t fused_max_m = -1) {
+                              int64_t m, int tile_rows = 0, int grid_rule = -1, int64_t fused_max_m = -1,
+                              const std::function<void(CudaLinear&)>& setup = nullptr) {
   const int64_t n = w.out_features(), k = w.in_features();
   auto lin = CudaLinear::create(w, s, t, 0);
   if (tile_rows) set_weight_tile_rows(*lin, tile_rows);
   set_fused_grid_rule(*lin, grid_rule);
   set_fused_max_m(*lin, fused_max_m);
+  if (setup) setup(*lin);
   DeviceBytes dx(static_cast<size_t>(m * k * 2)), dy(static_cast<size_t>((m + 2) * n * 2));
   dx.upload(x.data(), static_cast<size_t>(m * k * 2));
   dy.fill(0xFF);  // NaN in bf16 and fp16
@@ -283,6 +286,43 @@ TEST(CudaLinear, WgmmaKernelAtLargeM) {
         }
       }
     }
+}
+
+// K split of the wgmma kernel, forced: over every 256-row block, and over the trailing blocks only (the others
+// whole), 2-4 ways, on a layer of 4 blocks whose last block is partly past N (1000 rows) and K of 17 chunks (the
+// last one partial), at M = 50 (64-token tiles) and 200 (two 128-token tiles, the second partial): within the
+// bound, bias included, and bit-identical on a second call (the partial sums are added in a fixed order).
+TEST(CudaLinear, WgmmaSplitBlocksWithinBoundAndDeterministic) {
+  NVFP4_REQUIRE_GPU();
+  const int64_t n = 1000, k = 1040;
+  uint32_t seed = 2400;
+  const int splits[][2] = {{3, 0}, {2, 2}, {3, 2}, {4, 3}};  // splits, first split 256-row block
+  for (Semantics s : kAllSemantics) {
+    const DType t = s == Semantics::W4A4 ? DType::F16 : DType::BF16;
+    const LinearWeights w = random_layer(n, k, scale_range(0x28, 0x5F), 2688.0f / 0.3f, true, 2688.0f / 7.0f, true,
+                                         t, seed++);
+    for (int64_t m : {50, 200}) {
+      const auto x = random_activations(t, m, k, 1.0f, seed++);
+      const Reference ref = reference(w, s, t, x, m);
+      for (const auto& sp : splits) {
+        const std::string what = label(s, t, m, n, k) + "/splits" + std::to_string(sp[0]) + "from" +
+                                 std::to_string(sp[1]);
+        auto force = [&](CudaLinear& l) { set_wgmma_splits(l, sp[0], sp[1]); };
+        const std::vector<uint16_t> y = run_gpu(w, s, t, x, m, 0, -1, 1 << 30, force);
+        check_y(w, t, m, y, ref, what);
+        EXPECT_EQ(run_gpu(w, s, t, x, m, 0, -1, 1 << 30, force), y) << what << ": two calls differ";
+      }
+    }
+  }
+}
+
+// A first split block past the layer is refused with a message.
+TEST(CudaLinear, WgmmaSplitOutsideTheLayerIsRefused) {
+  NVFP4_REQUIRE_GPU();
+  const LinearWeights w = random_layer(300, 64, scale_range(0x28, 0x5F), 1.0f, false, 1.0f, true, DType::BF16, 7);
+  auto lin = CudaLinear::create(w, Semantics::W4A16, DType::BF16, 0);
+  EXPECT_THROW(set_wgmma_splits(*lin, 2, 2), Error);  // 300 rows: 256-row blocks 0 and 1
+  EXPECT_NO_THROW(set_wgmma_splits(*lin, 2, 1));
 }
 
 // A layer where 4 weight tiles per warp are chosen (on a 132-SM H200) and the last group has 3 tiles, the

@@ -15,8 +15,8 @@ TEST(CudaWgmmaGrid, TokenTileAndConsumersByMAndRule) {
   EXPECT_EQ(wgmma_tile_tokens(64), 64);
   EXPECT_EQ(wgmma_tile_tokens(65), 128);
   EXPECT_EQ(wgmma_tile_tokens(4096), 128);
-  EXPECT_EQ(wgmma_consumers(64, 3), 2);   // default: 4 consumer warpgroups only at M = 65-128
-  EXPECT_EQ(wgmma_consumers(65, 3), 4);
+  EXPECT_EQ(wgmma_consumers(33, 3), 4);  // default: 4 consumer warpgroups up to M = 128
+  EXPECT_EQ(wgmma_consumers(64, 3), 4);
   EXPECT_EQ(wgmma_consumers(128, 3), 4);
   EXPECT_EQ(wgmma_consumers(129, 3), 2);
   EXPECT_EQ(wgmma_consumers(1000, 4), 4);
@@ -24,44 +24,70 @@ TEST(CudaWgmmaGrid, TokenTileAndConsumersByMAndRule) {
 }
 
 // Every split takes >= 8 chunks and none is empty (the kernel gives split z the chunks [z·per, z·per + per)),
-// on layer sizes from one tile to the largest bench layer and M from 33 to 4096.
+// and a partial split starts inside the layer, on layer sizes from one tile to the largest bench layer and M from
+// 33 to 4096.
 TEST(CudaWgmmaGrid, SplitsAreBoundedAndNeverEmpty) {
   for (int64_t n16 : {1, 3, 4, 5, 64, 256, 640, 1792, 3584})
     for (int64_t kc : {1, 3, 7, 8, 15, 16, 17, 64, 65, 128, 224, 448})
-      for (int64_t m : {33, 64, 65, 128, 256, 4096}) {
-        const int s = wgmma_splits(m, n16 * 16, n16, kc, 132);
+      for (int64_t m : {33, 64, 65, 128, 256, 1024, 4096}) {
+        const WgmmaSplit sp = wgmma_split(m, n16 * 16, n16, kc, 132);
+        const int s = sp.splits;
         ASSERT_GE(s, 1);
         ASSERT_LE(s, 8);
         if (s > 1) {
           EXPECT_GE(kc / s, 8) << "n16 " << n16 << " kc " << kc << " m " << m;
           const int64_t per = ceil_div(kc, s);
           EXPECT_LT((s - 1) * per, kc) << "empty last split: n16 " << n16 << " kc " << kc << " splits " << s;
+          EXPECT_GE(sp.split_rb0, 0);
+          EXPECT_LT(sp.split_rb0 * 256, n16 * 16) << "n16 " << n16 << " kc " << kc << " m " << m;
         }
       }
 }
 
-// Bench layers on an H200 (132 SMs, blocks of 256 rows, one per SM), worked by hand from the estimate (rounds =
-// the busiest SM's blocks, at least 1; x chunks x 0.62 µs (64 tokens) or 0.81 µs (128); plus M·N·(8·s + 2)
-// bytes at 3 TB/s and 2 µs when split; a split must beat the best so far by 5%). docs/PERF.md (change 24) has
-// these layers measured with splits 1, 2, 4, 8.
+// Bench layers on an H200 (132 SMs, blocks of 256 rows, one per SM), worked by hand from the estimate: blocks
+// started in launch order on the first free SM, finish time in chunks x 0.55 µs (64 tokens) or 0.74 µs (128);
+// plus M·cols·(8·s + 2) bytes at 3 TB/s and 2 µs when split; a split must beat the best so far by 5%, uniform
+// splits tried before the ones of the last round's blocks. docs/PERF.md (changes 24 and 28) has these layers
+// measured.
 TEST(CudaWgmmaGrid, SplitsFollowTheTimeEstimate) {
-  // 57344x8192, M = 64: 224 blocks (2 rounds), 128 chunks: s=1 2 x 128 x 0.62 = 158.72; s=2: 448 blocks, 4
-  // rounds x 64 x 0.62 + 64·57344·18 / 3e6 + 2.
-  EXPECT_NEAR(wgmma_time_us(64, 57344, 57344 / 16, 8192 / 64, 132, 1), 158.72, 0.01);
-  EXPECT_NEAR(wgmma_time_us(64, 57344, 57344 / 16, 8192 / 64, 132, 2), 158.72 + 64 * 57344 * 18 / 3e6 + 2, 0.01);
-  EXPECT_EQ(wgmma_splits(64, 57344, 57344 / 16, 8192 / 64, 132), 1);
-  // 4096x4096, M = 64: 16 blocks, 64 chunks. s=1 39.68; s=2 32 x 0.62 + 1.57 + 2 = 23.41; s=3 22 x 0.62 + 2.27
-  // + 2 = 17.91; s=4 14.89; s=5 13 x 0.62 + 3.67 + 2 = 13.73; s=6 13.19 and s=7 13.27 (not 5% better);
-  // s=8 8 x 0.62 + 5.77 + 2 = 12.73.
-  EXPECT_EQ(wgmma_splits(64, 4096, 4096 / 16, 4096 / 64, 132), 8);
-  // 10240x8192, M = 64: 40 blocks, 128 chunks. s=3: 120 blocks, 1 round x 43 x 0.62 + 5.68 + 2 = 34.34; s=4
+  // 57344x8192, M = 64: 224 blocks (2 rounds), 128 chunks: s=1 2 x 128 x 0.55 = 140.8; s=2: 448 blocks, 4
+  // rounds x 64. Last round: 92 blocks, split from block 132: 4 ways, 368 blocks of 32 chunks after 132 of
+  // 128 end at 128 + 3 x 32 = 224 chunks, 123.2 µs + 64 x 23552 columns x 34 bytes; no split saves 5%.
+  EXPECT_NEAR(wgmma_time_us(64, 57344, 57344 / 16, 8192 / 64, 132, {1, 0}), 140.8, 0.01);
+  EXPECT_NEAR(wgmma_time_us(64, 57344, 57344 / 16, 8192 / 64, 132, {2, 0}), 140.8 + 64 * 57344 * 18 / 3e6 + 2,
+              0.01);
+  EXPECT_NEAR(wgmma_time_us(64, 57344, 57344 / 16, 8192 / 64, 132, {4, 132}), 123.2 + 64.0 * 23552 * 34 / 3e6 + 2,
+              0.01);
+  EXPECT_EQ(wgmma_split(64, 57344, 57344 / 16, 8192 / 64, 132).splits, 1);
+  // 4096x4096, M = 64: 16 blocks, 64 chunks. s=1 35.2; s=2 32 x 0.55 + 1.57 + 2 = 21.17; s=3 22 x 0.55 + 2.27 +
+  // 2 = 16.37; s=4 16 x 0.55 + 3.15 + 2 = 13.95; s=5 13 x 0.55 + 3.67 + 2 = 12.82; s=6 11 x 0.55 + 4.37 + 2 =
+  // 12.42 and s=7 10 x 0.55 + 5.07 + 2 = 12.57 (not 5% below 12.82); s=8 8 x 0.55 + 5.77 + 2 = 12.17 (< 12.18).
+  EXPECT_NEAR(wgmma_time_us(64, 4096, 4096 / 16, 4096 / 64, 132, {4, 0}), 16 * 0.55 + 64 * 4096 * 34 / 3e6 + 2, 0.01);
+  EXPECT_EQ(wgmma_split(64, 4096, 4096 / 16, 4096 / 64, 132).splits, 8);
+  // 10240x8192, M = 64: 40 blocks, 128 chunks. s=3: 120 blocks, 1 round x 43 x 0.55 + 5.68 + 2 = 31.33; s=4
   // and more: 160+ blocks, 2 rounds or more.
-  EXPECT_EQ(wgmma_splits(64, 10240, 10240 / 16, 8192 / 64, 132), 3);
-  // 28672x4096, M = 128: 112 blocks (1 round) x 64 chunks x 0.81 = 51.84; s=2: 2 rounds.
-  EXPECT_NEAR(wgmma_time_us(128, 28672, 28672 / 16, 4096 / 64, 132, 1), 51.84, 0.01);
-  EXPECT_EQ(wgmma_splits(128, 28672, 28672 / 16, 4096 / 64, 132), 1);
+  EXPECT_EQ(wgmma_split(64, 10240, 10240 / 16, 8192 / 64, 132).splits, 3);
+  // 28672x4096, M = 128: 112 blocks (1 round) x 64 chunks x 0.74 = 47.36; s=2: 2 rounds.
+  EXPECT_NEAR(wgmma_time_us(128, 28672, 28672 / 16, 4096 / 64, 132, {1, 0}), 47.36, 0.01);
+  EXPECT_EQ(wgmma_split(128, 28672, 28672 / 16, 4096 / 64, 132).splits, 1);
+  // 10240x8192, M = 1024: 8 x 40 = 320 blocks of 128 chunks, 3 rounds: 384 x 0.74 = 284.16. Uniform splits
+  // pay for all 10240 columns (s=2: 5 rounds of 64 = 320 chunks + 62.9 + 2 = 301.7). The last round's 56
+  // blocks are the 7 last 256-row blocks: split from block 33, 2 ways, 112 blocks of 64 chunks after 2 rounds:
+  // 320 x 0.74 + 1024 x 1792 x 18 / 3e6 + 2 = 249.81 (s=3: 342 chunks; s=4: 320 chunks + 20.8 + 2 = 259.6).
+  EXPECT_NEAR(wgmma_time_us(1024, 10240, 10240 / 16, 8192 / 64, 132, {1, 0}), 284.16, 0.01);
+  EXPECT_NEAR(wgmma_time_us(1024, 10240, 10240 / 16, 8192 / 64, 132, {2, 33}), 249.81, 0.01);
+  const WgmmaSplit tail = wgmma_split(1024, 10240, 10240 / 16, 8192 / 64, 132);
+  EXPECT_EQ(tail.splits, 2);
+  EXPECT_EQ(tail.split_rb0, 33);
+  // 6144x4096, M = 1024: 192 blocks of 64 chunks (128 chunks, 94.72 µs). The last round's 60 blocks take 8
+  // 256-row blocks: the 128 whole blocks leave 4 SMs free at once, which take 8 of the 128 half blocks (32
+  // chunks each) by chunk 64, the other 120 end at 96: 96 x 0.74 + 1024 x 2048 x 18 / 3e6 + 2 = 85.62.
+  EXPECT_NEAR(wgmma_time_us(1024, 6144, 6144 / 16, 4096 / 64, 132, {2, 16}), 85.62, 0.01);
+  const WgmmaSplit small = wgmma_split(1024, 6144, 6144 / 16, 4096 / 64, 132);
+  EXPECT_EQ(small.splits, 2);
+  EXPECT_EQ(small.split_rb0, 16);
   // Too few chunks to split: 4096x512 (8 chunks) stays whole however short its grid.
-  EXPECT_EQ(wgmma_splits(64, 4096, 4096 / 16, 512 / 64, 132), 1);
+  EXPECT_EQ(wgmma_split(64, 4096, 4096 / 16, 512 / 64, 132).splits, 1);
 }
 
 }  // namespace
