@@ -14,8 +14,9 @@
 // 0 also the activation tile's), so four warps issue in parallel: one thread issuing all nine copies of a chunk
 // took about as long as the consumers' chunk at M <= 64 (docs/PERF.md, change 26). The kCW (2 or 4) others are the
 // consumers, each owning 4 / kCW of the row blocks: they wait for a stage, dequantize their weights into A
-// fragments, issue the chunk's MMAs, wait for them and release the stage (a second mbarrier per stage, one
-// arrival per consumer warp). The warpgroups keep no common pace: while one dequantizes, another's MMAs can
+// fragments, issue the chunk's MMAs, and release the stage (a second mbarrier per stage, one arrival per consumer
+// warp) once those MMAs are done, which they wait for only after issuing the next chunk's (two A buffers; one
+// where the registers do not hold two). The warpgroups keep no common pace: while one dequantizes, another's MMAs can
 // run, and the producer warps refill a stage as soon as all consumers have released it.
 // Grid: x = token blocks of kT (fastest: blocks reading the same weights run together), y = blocks of 256 rows:
 // first the whole row blocks 0 .. split_rb0 - 1, then splits x the row blocks from split_rb0 on, each split taking
