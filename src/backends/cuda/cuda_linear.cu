@@ -416,9 +416,13 @@ int wgmma_tile_tokens(int64_t m) { return m <= 64 ? 64 : 128; }
 int wgmma_consumers(int64_t m, int rule) { return rule == 4 ? 4 : rule == 5 ? 2 : m <= 128 ? 4 : 2; }
 
 namespace {
+// Blocks of 256 weight rows (4 stored tile groups each) of a layer of n16 16-row tiles.
+int64_t wgmma_row_blocks(int64_t n16) { return ceil_div(stored_tiles(n16) / kTileGroup, detail::kWgmmaRows / 64); }
+
 // Finish time, in chunks, of `a` blocks of `la` chunks followed by `b` blocks of `lb` chunks, each block started
 // in launch order on the SM that is free first (one block per SM).
 int64_t makespan_chunks(int64_t a, int64_t la, int64_t b, int64_t lb, int sms) {
+  if (a == 0 || b == 0) return a == 0 ? ceil_div(b, sms) * lb : ceil_div(a, sms) * la;  // one kind: in rounds
   std::map<int64_t, int64_t> free_at;  // time -> SMs free from then on
   const int64_t q = a / sms, r = a % sms;
   free_at[q * la] += sms - r;
@@ -442,8 +446,7 @@ double wgmma_time_us(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms, Wgm
   // and the reduction's launch.
   const int kt = wgmma_tile_tokens(m);
   const double chunk_us = kt == 64 ? 0.55 : 0.74, partial_bytes_per_us = 3.0e6, reduce_launch_us = 2.0;
-  const int64_t token_blocks = ceil_div(m, kt);
-  const int64_t row_blocks = ceil_div(stored_tiles(n16) / kTileGroup, detail::kWgmmaRows / 64);
+  const int64_t token_blocks = ceil_div(m, kt), row_blocks = wgmma_row_blocks(n16);
   const int s = std::max(1, split.splits);
   const int64_t rb0 = s > 1 ? std::clamp<int64_t>(split.split_rb0, 0, row_blocks - 1) : row_blocks;
   const int64_t chunks = makespan_chunks(rb0 * token_blocks, kc, (row_blocks - rb0) * token_blocks * s,
@@ -465,8 +468,7 @@ WgmmaSplit wgmma_split(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms) {
   };
   for (int s = 2; s <= 8 && kc / s >= 8; ++s) consider({s, 0});
   // Only the blocks of the last, partial round split: as many 256-row blocks (all their token blocks) as cover it.
-  const int64_t token_blocks = ceil_div(m, wgmma_tile_tokens(m));
-  const int64_t row_blocks = ceil_div(stored_tiles(n16) / kTileGroup, detail::kWgmmaRows / 64);
+  const int64_t token_blocks = ceil_div(m, wgmma_tile_tokens(m)), row_blocks = wgmma_row_blocks(n16);
   const int64_t blocks = token_blocks * row_blocks, last = sms > 0 ? blocks % sms : 0;
   if (blocks > sms && last > 0) {
     const int64_t split_rows = ceil_div(last, token_blocks);
