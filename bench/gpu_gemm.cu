@@ -3,7 +3,7 @@
 // derived bound, on a NaN-poisoned buffer; then CUDA graphs of R calls over R weight copies (R·bytes >
 // 240 MB, so weights come from HBM, not L2), 3 warm-up replays, median of 50 timed replays.
 // Usage: bench_gemm [--quick] [--shapes i,j,...] [--m 1,16,...] [--xover 64,...|none] [--reps 50]
-//                   [--grid-rules 0,1,2,3,4,5] (fused-kernel grid rules, set_fused_grid_rule's numbering;
+//                   [--grid-rules 0,1,2,3,4,5,6] (fused-kernel grid rules, set_fused_grid_rule's numbering;
 //                   one row each on the fused path; default: the executor's default) [--no-quant]
 //                   [--no-programmatic] (every kernel launched after the previous one has finished)
 //                   [--splits 1,2,4,8] (wgmma kernel's K split forced; one row each where M > 32 runs it)
@@ -194,7 +194,7 @@ int main(int argc, char** argv) {
     } else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
       reps = std::atoi(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: bench_gemm [--quick] [--shapes 0,1,..] [--m 1,16,..] [--xover 32,..|none] [--grid-rules 0,1,2,3,4,5] "
+      std::fprintf(stderr, "usage: bench_gemm [--quick] [--shapes 0,1,..] [--m 1,16,..] [--xover 32,..|none] [--grid-rules 0,1,2,3,4,5,6] "
                            "[--no-quant] [--no-programmatic] [--splits 1,2,..] [--tile-mb 16,32,..] [--reps N]\n");
       return 2;
     }

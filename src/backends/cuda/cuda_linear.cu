@@ -258,39 +258,13 @@ class CudaLinearImpl final : public CudaLinear {
   void fused(detail::GemmParams& p, detail::Mode mode, bool after_quantizer, cudaStream_t stream) const {
     const int rule = grid_rule_ < 0 ? kDefaultGridRule : grid_rule_;
     if (p.m > 32 && rule >= 3 && wgmma_) return wgmma(p, mode, rule, stream);
-    const int nt = p.m <= 8 ? 1 : p.m <= 16 ? 2 : 4;
-    const int64_t mblocks = ceil_div(p.m, 8 * nt);
-    // Block slots of the whole GPU for a kernel with nw weight tiles per warp (rules 0 and 1 counted 2 per
-    // SM for every kernel).
-    auto slots = [&](int nw) {
-      return (rule >= 2 ? detail::fused_blocks_per_sm(nt, nw) : 2) * static_cast<int64_t>(sms_);
-    };
-    int max_wk = 8;
-    while (max_wk > 1 && kc_ / max_wk < 2) max_wk /= 2;
-    // Weight tiles per warp (they share the activation fragments, which are 2x the weight bytes per tile
-    // at nt = 1): rules 1 and 2 (M <= 16) keep as many as still fill >= 90% of one wave of blocks with the
-    // largest K split; rule 0 (the earlier one, and M > 16) halves them until >= 2 blocks per SM before
-    // any K split.
-    int nw = nt == 4 ? 2 : 4;
-    if (rule >= 1 && nt <= 2) {
-      while (nw > 1 && 10 * mblocks * ceil_div(ceil_div(n16_, nw), 8 / max_wk) < 9 * slots(nw)) nw /= 2;
-    } else {
-      while (nw > 1 && mblocks * ceil_div(n16_, nw) < slots(nw)) nw /= 2;
-    }
-    // K split inside a block: rules 0 and 1 split only as much as needed for one wave (the warps of a
-    // block sharing a K range also share the activations in L1); rule 2 (M <= 16) always takes the
-    // largest split (>= 2 chunks per warp), whose many short blocks leave a smaller last wave.
-    const int64_t groups = ceil_div(n16_, nw);
-    int wk = 1;
-    while (wk < max_wk && mblocks * ceil_div(groups, 8 / wk) < slots(nw)) wk *= 2;
-    if (rule >= 2 && nt <= 2) wk = max_wk;
-    p.wk = wk;
+    const DecodeGrid g = decode_grid(p.m, n16_, kc_, sms_, rule);
+    p.wk = g.wk;
     // Programmatic launch only for grids of >= 90% of a wave, or behind the quantizer: the blocks scheduled
     // early take the slots that free up first, so a shorter grid behind a full one ends up unevenly spread
     // over the SMs (4096x4096 at M = 1 behind another layer: 6.2 -> 6.8 µs; docs/PERF.md, change 19).
-    const int64_t blocks = mblocks * ceil_div(groups, 8 / wk);
-    if (!after_quantizer && 10 * blocks < 9 * slots(nw)) p.programmatic = false;
-    detail::launch_fused_gemm(p, act_, mode, nt, nw, stream);
+    if (!after_quantizer && 10 * g.blocks < 9 * g.slots) p.programmatic = false;
+    detail::launch_fused_gemm(p, act_, mode, g.nt, g.nw, stream);
   }
 
   // M > 32 (rule 3, sm_90a): the activations permuted into the wgmma kernel's K order and token tiles, then that
@@ -406,6 +380,47 @@ int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k, bool wgmma) {
   // flavour rounds every weight in f32 and loses earlier on N = 4096 layers.
   if (s != Semantics::W4A4_VLLM) return nk < (48ll << 20) ? 64 : nk < (200ll << 20) ? 96 : 128;
   return n < 6144 ? 32 : 64;
+}
+
+DecodeGrid decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, int rule) {
+  DecodeGrid g;
+  g.nt = m <= 8 ? 1 : m <= 16 ? 2 : 4;
+  const int nt = g.nt;
+  const int64_t mblocks = ceil_div(m, 8 * nt);
+  // Block slots of the whole GPU for a kernel with nw weight tiles per warp (rules 0 and 1 counted 2 per
+  // SM for every kernel).
+  auto slots = [&](int nw) { return (rule >= 2 ? detail::fused_blocks_per_sm(nt, nw) : 2) * static_cast<int64_t>(sms); };
+  int max_wk = 8;
+  while (max_wk > 1 && kc / max_wk < 2) max_wk /= 2;
+  // Weight tiles per warp (they share the activation fragments, which are 2x the weight bytes per tile
+  // at nt = 1): rules 1 and 2 (M <= 16) keep as many as still fill >= 90% of one wave of blocks with the
+  // largest K split; rule 0 (the earlier one, and M > 16) halves them until >= 2 blocks per SM before
+  // any K split.
+  int nw = nt == 4 ? 2 : 4;
+  auto blocks_at_max_wk = [&](int w) { return mblocks * ceil_div(ceil_div(n16, w), 8 / max_wk); };
+  if (rule >= 1 && nt <= 2) {
+    while (nw > 1 && 10 * blocks_at_max_wk(nw) < 9 * slots(nw)) nw /= 2;
+  } else {
+    while (nw > 1 && mblocks * ceil_div(n16, nw) < slots(nw)) nw /= 2;
+  }
+  // M <= 8, rule 3 on: 2 tiles per warp whose grid ends in a second wave less than half full run better as
+  // 1 tile per warp, whose kernel fits 3 blocks per SM (10240x8192: 320 blocks on 264 slots 20.4 µs, 640 on
+  // 396 slots 18.9 µs; docs/PERF.md, change 30).
+  if (rule >= 3 && nt == 1 && nw == 2 && blocks_at_max_wk(2) > slots(2) && 2 * blocks_at_max_wk(2) < 3 * slots(2))
+    nw = 1;
+  if (rule == 6 && nt <= 2 && nw > 1) nw /= 2;  // measurements: twice the blocks, each half as long
+  // K split inside a block: rules 0 and 1 split only as much as needed for one wave (the warps of a
+  // block sharing a K range also share the activations in L1); rule 2 on (M <= 16) always takes the
+  // largest split (>= 2 chunks per warp), whose many short blocks leave a smaller last wave.
+  const int64_t groups = ceil_div(n16, nw);
+  int wk = 1;
+  while (wk < max_wk && mblocks * ceil_div(groups, 8 / wk) < slots(nw)) wk *= 2;
+  if (rule >= 2 && nt <= 2) wk = max_wk;
+  g.nw = nw;
+  g.wk = wk;
+  g.blocks = mblocks * ceil_div(groups, 8 / wk);
+  g.slots = slots(nw);
+  return g;
 }
 
 int wgmma_tile_tokens(int64_t m) { return m <= 64 ? 64 : 128; }

@@ -24,9 +24,17 @@ void set_weight_tile_rows(CudaLinear& l, int rows);
 // warp halved until >= 2 blocks per SM), 1 (M <= 16) tiles per warp kept while the largest K split fills >= 90%
 // of one wave, 2 (M <= 16) as 1 counting each kernel's own blocks per SM, always the largest K split;
 // 3: as 2, and M > 32 on the Hopper wgmma kernel where the device runs it (rules 0-2, and other devices, run
-// the decode kernel with 32-token tiles there); 4, 5: as 3 with 4 or 2 consumer warpgroups in the wgmma kernel
-// (docs/PERF.md).
+// the decode kernel with 32-token tiles there); 4, 5: as 3 with 4 or 2 consumer warpgroups in the wgmma kernel;
+// 6: as 3 with half the weight tiles per warp at M <= 16 (docs/PERF.md).
 void set_fused_grid_rule(CudaLinear& l, int rule);
+// The decode kernel's grid for M <= 32 (or any M under rules 0-2 and off Hopper) under a grid rule >= 0 (host
+// rule, no device needed): token tiles of 8·nt, nw weight tiles per warp, K split over wk warps of a block;
+// blocks launched and block slots of the GPU (blocks per SM the kernel is compiled for x sms).
+struct DecodeGrid {
+  int nt = 1, nw = 1, wk = 1;
+  int64_t blocks = 0, slots = 0;
+};
+DecodeGrid decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, int rule);
 
 // Default crossover (largest M on the fused kernel) for a layer of this shape and semantics, on a device
 // that runs the wgmma kernel (M > 32) or not.

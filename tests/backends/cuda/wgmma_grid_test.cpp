@@ -1,4 +1,5 @@
-// The wgmma kernel's host grid rules (CPU only; no GPU needed): token tile and K split.
+// The fused kernels' host grid rules (CPU only; no GPU needed): the decode kernel's tiles per warp and K split,
+// the wgmma kernel's token tile and K split.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -88,6 +89,35 @@ TEST(CudaWgmmaGrid, SplitsFollowTheTimeEstimate) {
   EXPECT_EQ(small.split_rb0, 16);
   // Too few chunks to split: 4096x512 (8 chunks) stays whole however short its grid.
   EXPECT_EQ(wgmma_split(64, 4096, 4096 / 16, 512 / 64, 132).splits, 1);
+}
+
+// Bench layers on 132 SMs, worked by hand from the rule (blocks with the largest K split, 8 warps per block; 3
+// blocks per SM for one token tile and one weight tile per warp, 2 otherwise).
+TEST(CudaDecodeGrid, TilesPerWarpAndSplitByRule) {
+  auto expect = [](const DecodeGrid& g, int nt, int nw, int wk, int64_t blocks, int64_t slots, const char* what) {
+    EXPECT_EQ(g.nt, nt) << what;
+    EXPECT_EQ(g.nw, nw) << what;
+    EXPECT_EQ(g.wk, wk) << what;
+    EXPECT_EQ(g.blocks, blocks) << what;
+    EXPECT_EQ(g.slots, slots) << what;
+  };
+  // 10240x8192 (640 tiles, 128 chunks), M = 1: 4 tiles per warp give 160 blocks (< 90% of 264), 2 give 320 on
+  // 264 slots, a second wave 21% full: 1 tile per warp, 640 blocks on 396 slots (rule 3); rule 2 keeps 2.
+  expect(decode_grid(1, 640, 128, 132, 3), 1, 1, 8, 640, 396, "10240x8192 m1");
+  expect(decode_grid(1, 640, 128, 132, 2), 1, 2, 8, 320, 264, "10240x8192 m1 rule 2");
+  // M = 16: two token tiles, 2 blocks per SM whatever the tiles per warp: 2 tiles per warp, 320 blocks.
+  expect(decode_grid(16, 640, 128, 132, 3), 2, 2, 8, 320, 264, "10240x8192 m16");
+  // 57344x8192 (3584 tiles): 896 blocks with 4 tiles per warp (3.4 waves).
+  expect(decode_grid(1, 3584, 128, 132, 3), 1, 4, 8, 896, 264, "57344x8192 m1");
+  // 8192x28672 (512 tiles, 448 chunks): 2 tiles per warp, 256 blocks, within one wave of 264.
+  expect(decode_grid(1, 512, 448, 132, 3), 1, 2, 8, 256, 264, "8192x28672 m1");
+  // 28672x4096 (1792 tiles): 448 blocks with 4 tiles per warp (1.7 waves: its second wave is 70% full).
+  expect(decode_grid(1, 1792, 64, 132, 3), 1, 4, 8, 448, 264, "28672x4096 m1");
+  // 4096x4096 (256 tiles): 64 and 128 blocks are too few, 1 tile per warp, 256 blocks on 396 slots.
+  expect(decode_grid(1, 256, 64, 132, 3), 1, 1, 8, 256, 396, "4096x4096 m1");
+  // M = 32, 4096x4096: 32-token tiles (2 tiles per warp at most), 128 blocks < 264 slots: 1 tile, then the K
+  // split grows while the grid is under one wave: 8 warps, 256 blocks.
+  expect(decode_grid(32, 256, 64, 132, 3), 4, 1, 8, 256, 264, "4096x4096 m32");
 }
 
 }  // namespace
