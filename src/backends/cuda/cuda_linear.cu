@@ -268,7 +268,8 @@ class CudaLinearImpl final : public CudaLinear {
   }
 
   // M > 32 (rule 3, sm_90a): the activations permuted into the wgmma kernel's K order and token tiles, then that
-  // kernel; K split over up to 8 blocks (>= 8 chunks each) where wgmma_time_us estimates that faster.
+  // kernel; K split (wgmma_split: over every 256-row block, or over those of a last partial round only) where
+  // wgmma_time_us estimates that faster.
   void wgmma(detail::GemmParams& p, detail::Mode mode, int rule, cudaStream_t stream) const {
     const WgmmaSplit sp = forced_splits_ > 0 ? WgmmaSplit{static_cast<int>(std::min<int64_t>(forced_splits_, kc_)),
                                                           forced_split_rb0_}
