@@ -17,24 +17,20 @@
 namespace nvfp4::cuda::detail {
 namespace {
 
-// The math of one K chunk: weight tiles wv (scales sv) times the activation fragments xv of kNT token tiles.
-template <typename T, bool kVllm, int kNT, int kNW>
-__device__ __forceinline__ void chunk_mma(const uint4 (&wv)[kNW], const uint32_t (&sv)[kNW],
-                                          const uint4 (&xv)[kNT][2], float w_dec, float (&acc)[kNW][kNT][4]) {
-  // weight scales of rows g and g+8 of each tile
-  uint32_t ws2[kNW][2];
-  float wsf[kNW][2];
-  scale_regs<T, kVllm, kNW>(sv, w_dec, ws2, wsf);
+// MMA steps [kS0, kS0 + 2) of one K chunk: weight tiles wv (scale registers ws2 / wsf from scale_regs) times
+// the activation fragments xh of kNT token tiles (xh[j]: the lane's 8 activations of those two steps, words
+// 2s' and 2s'+1 for step kS0 + s').
+template <typename T, bool kVllm, int kNT, int kNW, int kS0>
+__device__ __forceinline__ void chunk_half(const uint4 (&wv)[kNW], const uint32_t (&ws2)[kNW][2],
+                                           const float (&wsf)[kNW][2], const uint4 (&xh)[kNT],
+                                           float (&acc)[kNW][kNT][4]) {
 #pragma unroll
-  for (int s = 0; s < 4; ++s) {
+  for (int s = kS0; s < kS0 + 2; ++s) {
     uint32_t b[kNT][2];
 #pragma unroll
     for (int j = 0; j < kNT; ++j) {
-      const uint4& lo = xv[j][0];
-      const uint4& hi = xv[j][1];
-      const uint32_t w8[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-      b[j][0] = w8[2 * s];
-      b[j][1] = w8[2 * s + 1];
+      b[j][0] = s == kS0 ? xh[j].x : xh[j].z;
+      b[j][1] = s == kS0 ? xh[j].y : xh[j].w;
     }
 #pragma unroll
     for (int i = 0; i < kNW; ++i) {
@@ -60,32 +56,40 @@ constexpr bool lane_holds_its_columns() {
 }
 static_assert(lane_holds_its_columns(), "the decode kernel's activation words must match the fragment columns");
 
-// The lane's 16 activations of chunk c for each token row (zeros past K or when !in).
-template <typename T, int kNT>
-__device__ __forceinline__ void load_activations(const GemmParams& p, const int64_t (&rows)[kNT], int c, bool in,
-                                                 uint4 (&xv)[kNT][2]) {
-  const int k0 = c * 64 + 16 * (threadIdx.x & 3);
-  const bool kin = in && k0 < p.k;
-#pragma unroll
-  for (int j = 0; j < kNT; ++j) {
-    const uint4* xp = reinterpret_cast<const uint4*>(static_cast<const T*>(p.x) + rows[j] * p.k + k0);
-    xv[j][0] = kin ? xp[0] : make_uint4(0, 0, 0, 0);
-    xv[j][1] = kin ? xp[1] : make_uint4(0, 0, 0, 0);
-  }
-}
+// The register pipeline of accumulate() for kNT token tiles of 8 and kNW weight tiles per warp: kS stages of
+// kU chunks of weights and scales in a ring (while one stage is computed, the next kS - 1 are requested:
+// (kS - 1)·kU·kNW chunk-tiles of 512 bytes per warp in flight), and how far ahead the activations are
+// requested: one chunk (kActChunkAhead: two buffers) or half a chunk (each half replaced as soon as the steps
+// that use it have issued). Chosen per kernel from same-machine measurements at M = 1, 16 and 32 against the
+// earlier two-stage kernel (docs/PERF.md, change 31), within the register budget (80 registers for one token
+// tile and one weight tile, else 128; no spills in the main loop): one token tile and one weight tile keeps 3
+// stages of 2 chunks with the activations a chunk ahead (its loads often miss L1); the others 2 stages of up to
+// 4 chunk-tiles (one token tile) or 4 (16 tokens), and 32 tokens (4x the activation registers) stages of one
+// chunk-tile, 3 of them with one weight tile per warp.
+template <int kNT, int kNW>
+struct Pipeline {
+  static constexpr bool kOneTile = kNT == 1 && kNW == 1;
+  static constexpr int kS = kOneTile ? 3 : 2;
+  static constexpr int kTiles = kOneTile ? 2 : kNT == 4 ? 1 : 4;  // chunk-tiles per stage
+  static constexpr int kU = kTiles / kNW > 1 ? kTiles / kNW : 1;
+  static constexpr bool kActInStage = kNT == 4 && kNW == 1;
+  static constexpr bool kActChunkAhead = kOneTile;
+};
 
 // Accumulates chunks [c0, c1) of weight tiles tile0 .. tile0+kNW-1 (tiles past N16 are zero tiles whose
-// outputs are never stored) for the token rows m0 + 8j + g (j < kNT; rows past M re-read row M-1) into
-// acc. Two register stages: the loads of one are in flight while the other is computed.
+// outputs are never stored) for the token rows m0 + 8j + g (j < kNT; rows past M re-read row M-1) into acc,
+// with Pipeline<kNT, kNW>'s register stages. Pointers advance by a constant per chunk and the main loop has no
+// per-element predicates; a last chunk that reaches past K (K % 64 != 0) is done after it, with the lane's
+// activations past K read as zero.
 template <typename T, int kMode, int kNT, int kNW>
 __device__ __forceinline__ void accumulate(const GemmParams& p, int tile0, int64_t m0, int c0, int c1,
                                            float (&acc)[kNW][kNT][4]) {
   constexpr bool kVllm = kMode == static_cast<int>(Mode::Vllm);
-  constexpr int kU = kNW * kNT <= 2 ? 2 : 1;  // chunks per register stage (two stages in flight)
-  const int lane = threadIdx.x & 31, g = lane >> 2;
-  int64_t rows[kNT];
-#pragma unroll
-  for (int j = 0; j < kNT; ++j) rows[j] = min(m0 + 8 * j + g, p.m - 1);
+  using P = Pipeline<kNT, kNW>;
+  constexpr int kS = P::kS, kU = P::kU;
+  // chunks per trip of the main loop: whole turns of the ring, an even number with two activation buffers
+  constexpr int kTrip = kS * kU * (P::kActChunkAhead && (kS * kU) % 2 ? 2 : 1);
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   // Tiles tile0 .. tile0+kNW-1 lie in one stored group (tile0 is a multiple of kNW, which divides 4), 32
   // lanes apart; a chunk further is kTileGroup·32 lanes further. Tiles past N16 are stored zero tiles.
   constexpr int kChunkStride = kTileGroup * 32;
@@ -93,55 +97,125 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, int tile0, int64
   const int64_t block0 = fragment_block(tile0, c0, p.kc) * 32 + lane;
   const uint4* wp = p.wq + block0;
   const uint16_t* sp = p.ws + block0;
+  // The lane's 16 activations of chunk c of token row j: xq[j][8·(c - c0)], xq[j][8·(c - c0) + 1].
+  const uint4* xq[kNT];
+#pragma unroll
+  for (int j = 0; j < kNT; ++j) {
+    const int64_t row = min(m0 + 8 * j + g, p.m - 1);
+    xq[j] = reinterpret_cast<const uint4*>(static_cast<const T*>(p.x) + row * p.k + c0 * 64 + 16 * t);
+  }
+  const int cm = min(c1, p.k / 64);  // chunks [c0, cm) lie inside K
 
   struct Stage {
     uint4 wv[kU][kNW];
     uint32_t sv[kU][kNW];
-    uint4 xv[kU][kNT][2];  // the lane's 16 activations of token row j
+    uint4 xs[P::kActInStage ? kU : 1][kNT][2];  // the stage's activations (kActInStage)
   };
   auto load_weights = [&](Stage& st, int c) {
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
-      const int cu = c + u;
-      const bool in = cu < c1;
-      const int64_t off = static_cast<int64_t>(cu - c0) * kChunkStride;
+      const int64_t off = static_cast<int64_t>(c + u - c0) * kChunkStride;
+      if (c + u < cm) {
 #pragma unroll
-      for (int i = 0; i < kNW; ++i) {
-        st.wv[u][i] = in ? ld_stream(wp + off + 32 * i) : make_uint4(0, 0, 0, 0);
-        st.sv[u][i] = in ? sp[off + 32 * i] : 0u;
+        for (int i = 0; i < kNW; ++i) {
+          st.wv[u][i] = ld_stream(wp + off + 32 * i);
+          st.sv[u][i] = sp[off + 32 * i];
+        }
       }
     }
   };
-  auto load_acts = [&](Stage& st, int c) {
+  auto load_stage_acts = [&](Stage& st, int c) {
+    if constexpr (P::kActInStage) {
 #pragma unroll
-    for (int u = 0; u < kU; ++u) load_activations<T, kNT>(p, rows, c + u, c + u < c1, st.xv[u]);
-  };
-  auto load = [&](Stage& st, int c) {
-    load_weights(st, c);
-    load_acts(st, c);
-  };
-  auto compute = [&](Stage& st, int c) {
+      for (int u = 0; u < kU; ++u)
+        if (c + u < cm)
 #pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      if (c + u >= c1) break;
-      chunk_mma<T, kVllm, kNT, kNW>(st.wv[u], st.sv[u], st.xv[u], p.w_dec, acc);
+          for (int j = 0; j < kNT; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) st.xs[u][j][h] = xq[j][8 * (c + u - c0) + h];
     }
   };
-  Stage a, b;
+  // xv[b][j][h]: activations feeding steps 2h and 2h+1 of token tile j (buffer b; one buffer unless
+  // kActChunkAhead).
+  uint4 xv[P::kActChunkAhead ? 2 : 1][kNT][2];
+  auto load_act_half = [&](uint4 (&x)[kNT][2], int h, int c) {
+#pragma unroll
+    for (int j = 0; j < kNT; ++j) x[j][h] = xq[j][8 * (c - c0) + h];
+  };
+  // Chunk c with the activations x (a stage's, or buffer b of xv); next: the following chunk's activations are
+  // requested (into the other buffer, or half by half into this one; not with kActInStage).
+  auto chunk = [&](const uint4 (&wv)[kNW], const uint32_t (&sv)[kNW], const uint4 (&x)[kNT][2], int b, int c,
+                   bool next) {
+    next = next && !P::kActInStage;
+    uint32_t ws2[kNW][2];
+    float wsf[kNW][2];
+    scale_regs<T, kVllm, kNW>(sv, p.w_dec, ws2, wsf);
+    uint4 xh[kNT];
+    if constexpr (P::kActChunkAhead) {
+      if (next) {
+        load_act_half(xv[b ^ 1], 0, c + 1);
+        load_act_half(xv[b ^ 1], 1, c + 1);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kNT; ++j) xh[j] = x[j][0];
+    if (!P::kActChunkAhead && next) load_act_half(xv[b], 0, c + 1);
+    chunk_half<T, kVllm, kNT, kNW, 0>(wv, ws2, wsf, xh, acc);
+#pragma unroll
+    for (int j = 0; j < kNT; ++j) xh[j] = x[j][1];
+    if (!P::kActChunkAhead && next) load_act_half(xv[b], 1, c + 1);
+    chunk_half<T, kVllm, kNT, kNW, 2>(wv, ws2, wsf, xh, acc);
+  };
+
+  Stage st[kS];
   // The first weights are requested before waiting for the previous kernel in the stream (programmatic launch:
   // it may still be writing the activations or reading y; otherwise pdl_wait returns at once).
-  if (c0 < c1) load_weights(a, c0);
+  load_weights(st[0], c0);
   pdl_wait();
   // The next kernel in the stream, if launched programmatically, may now be scheduled and stream its first
   // weights while this grid's last blocks run (it waits for this grid before it touches activations or y).
   // Not before our own wait: then at most one grid waits ahead of the running one.
   pdl_launch_dependents();
-  if (c0 < c1) load_acts(a, c0);
-  for (int c = c0; c < c1; c += 2 * kU) {
-    load(b, c + kU);
-    compute(a, c);
-    load(a, c + 2 * kU);
-    compute(b, c + kU);
+  if (P::kActInStage) {
+    load_stage_acts(st[0], c0);
+  } else if (c0 < cm) {
+    load_act_half(xv[0], 0, c0);
+    load_act_half(xv[0], 1, c0);
+  }
+#pragma unroll
+  for (int s = 1; s + 1 < kS; ++s) {
+    load_weights(st[s], c0 + s * kU);
+    load_stage_acts(st[s], c0 + s * kU);
+  }
+  for (int c = c0; c < cm; c += kTrip) {
+#pragma unroll
+    for (int i = 0; i < kTrip; i += kU) {
+      const int s = (i / kU) % kS;
+      load_weights(st[(s + kS - 1) % kS], c + i + (kS - 1) * kU);
+      load_stage_acts(st[(s + kS - 1) % kS], c + i + (kS - 1) * kU);
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        const int ci = c + i + u;
+        const int b = P::kActChunkAhead ? (i + u) & 1 : 0;
+        if (ci < cm) chunk(st[s].wv[u], st[s].sv[u], P::kActInStage ? st[s].xs[u] : xv[b], b, ci, ci + 1 < cm);
+      }
+    }
+  }
+  if (cm < c1) {  // the chunk reaching past K (zero codes there; the activations past K must not be read)
+    const int64_t off = static_cast<int64_t>(cm - c0) * kChunkStride;
+    uint4 wv[kNW];
+    uint32_t sv[kNW];
+#pragma unroll
+    for (int i = 0; i < kNW; ++i) {
+      wv[i] = ld_stream(wp + off + 32 * i);
+      sv[i] = sp[off + 32 * i];
+    }
+    const bool kin = cm * 64 + 16 * t < p.k;
+#pragma unroll
+    for (int j = 0; j < kNT; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) xv[0][j][h] = kin ? xq[j][8 * (cm - c0) + h] : make_uint4(0, 0, 0, 0);
+    chunk(wv, sv, xv[0], 0, cm, false);
   }
 }
 
