@@ -58,14 +58,15 @@ static_assert(lane_holds_its_columns(), "the decode kernel's activation words mu
 
 // The register pipeline of accumulate() for kNT token tiles of 8 and kNW weight tiles per warp: kS stages of
 // kU chunks of weights and scales in a ring (while one stage is computed, the next kS - 1 are requested:
-// (kS - 1)·kU·kNW chunk-tiles of 512 bytes per warp in flight), and how far ahead the activations are
-// requested: one chunk (kActChunkAhead: two buffers) or half a chunk (each half replaced as soon as the steps
-// that use it have issued). Chosen per kernel from same-machine measurements at M = 1, 16 and 32 against the
-// earlier two-stage kernel (docs/PERF.md, change 31), within the register budget (80 registers for one token
-// tile and one weight tile, else 128; no spills in the main loop): one token tile and one weight tile keeps 3
-// stages of 2 chunks with the activations a chunk ahead (its loads often miss L1); the others 2 stages of up to
-// 4 chunk-tiles (one token tile) or 4 (16 tokens), and 32 tokens (4x the activation registers) stages of one
-// chunk-tile, 3 of them with one weight tile per warp.
+// (kS - 1)·kU·kNW chunk-tiles of 512 bytes per warp in flight), and where the activations come from: their
+// stage (kActInStage: loaded with it), a buffer filled one chunk ahead (kActChunkAhead: two buffers), or one
+// buffer whose halves are replaced as soon as the steps that use them have issued. Chosen per kernel from
+// same-machine measurements at M = 1, 16 and 32 against the earlier two-stage kernel (docs/PERF.md, change 31),
+// within the register budget (80 registers for one token tile and one weight tile, else 128; spills in a main
+// loop: 2 instructions in the 32-token two-tile kernel, none elsewhere): one token tile and one weight tile, 3
+// stages of 2 chunks with the activations a chunk ahead (its activation loads often miss L1); 32 tokens and one
+// weight tile, 2 stages of 1 chunk with the activations in them; the others 2 stages of up to 4 chunk-tiles
+// (1 for 32 tokens, whose activation registers are 4x larger) with the activations half a chunk ahead.
 template <int kNT, int kNW>
 struct Pipeline {
   static constexpr bool kOneTile = kNT == 1 && kNW == 1;
