@@ -264,7 +264,7 @@ class CudaLinearImpl final : public CudaLinear {
     // early take the slots that free up first, so a shorter grid behind a full one ends up unevenly spread
     // over the SMs (4096x4096 at M = 1 behind another layer: 6.2 -> 6.8 µs; docs/PERF.md, change 19).
     if (!after_quantizer && 10 * g.blocks < 9 * g.slots) p.programmatic = false;
-    detail::launch_fused_gemm(p, act_, mode, g.nt, g.nw, stream);
+    detail::launch_fused_gemm(p, act_, mode, g.nt, g.nw, g.light, stream);
   }
 
   // M > 32 (rule 3, sm_90a): the activations permuted into the wgmma kernel's K order and token tiles, then that
@@ -421,6 +421,14 @@ DecodeGrid decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, int rule) {
   g.wk = wk;
   g.blocks = mblocks * ceil_div(groups, 8 / wk);
   g.slots = slots(nw);
+  // 16 tokens, one tile per warp, rule 3 on: a grid that needs more than one wave of the 2-block kernel runs
+  // the light one (3 blocks per SM, shorter register stages); within one wave the 2-block kernel's deeper
+  // stages win (6144x4096 at M = 16, 384 blocks: 11.3 -> 8.2 µs; 4096x4096, 256 blocks: 6.3 with the 2-block
+  // kernel, 6.9 with the light one; docs/PERF.md, change 32).
+  if (rule >= 3 && nt == 2 && nw == 1 && g.blocks > g.slots) {
+    g.light = true;
+    g.slots = detail::fused_blocks_per_sm(nt, nw, true) * static_cast<int64_t>(sms);
+  }
   return g;
 }
 

@@ -29,9 +29,12 @@ void set_weight_tile_rows(CudaLinear& l, int rows);
 void set_fused_grid_rule(CudaLinear& l, int rule);
 // The decode kernel's grid for M <= 32 (or any M under rules 0-2 and off Hopper) under a grid rule >= 0 (host
 // rule, no device needed): token tiles of 8·nt, nw weight tiles per warp, K split over wk warps of a block;
-// blocks launched and block slots of the GPU (blocks per SM the kernel is compiled for x sms).
+// light: the 16-token one-tile kernel that fits 3 blocks per SM (rule 3 on, where the 2-block one would need
+// more than one wave); blocks launched and block slots of the GPU (blocks per SM the kernel is compiled for
+// x sms).
 struct DecodeGrid {
   int nt = 1, nw = 1, wk = 1;
+  bool light = false;
   int64_t blocks = 0, slots = 0;
 };
 DecodeGrid decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, int rule);

@@ -67,11 +67,11 @@ static_assert(lane_holds_its_columns(), "the decode kernel's activation words mu
 // stages of 2 chunks with the activations a chunk ahead (its activation loads often miss L1); 32 tokens and one
 // weight tile, 2 stages of 1 chunk with the activations in them; the others 2 stages of up to 4 chunk-tiles
 // (1 for 32 tokens, whose activation registers are 4x larger) with the activations half a chunk ahead.
-template <int kNT, int kNW>
+template <int kNT, int kNW, bool kLight>
 struct Pipeline {
   static constexpr bool kOneTile = kNT == 1 && kNW == 1;
   static constexpr int kS = kOneTile ? 3 : 2;
-  static constexpr int kTiles = kOneTile ? 2 : kNT == 4 ? 1 : 4;  // chunk-tiles per stage
+  static constexpr int kTiles = kOneTile || kLight ? 2 : kNT == 4 ? 1 : 4;  // chunk-tiles per stage
   static constexpr int kU = kTiles / kNW > 1 ? kTiles / kNW : 1;
   static constexpr bool kActInStage = kNT == 4 && kNW == 1;
   static constexpr bool kActChunkAhead = kOneTile;
@@ -79,14 +79,14 @@ struct Pipeline {
 
 // Accumulates chunks [c0, c1) of weight tiles tile0 .. tile0+kNW-1 (tiles past N16 are zero tiles whose
 // outputs are never stored) for the token rows m0 + 8j + g (j < kNT; rows past M re-read row M-1) into acc,
-// with Pipeline<kNT, kNW>'s register stages. Pointers advance by a constant per chunk and the main loop has no
+// with Pipeline<kNT, kNW, kLight>'s register stages. Pointers advance by a constant per chunk and the main loop has no
 // per-element predicates; a last chunk that reaches past K (K % 64 != 0) is done after it, with the lane's
 // activations past K read as zero.
-template <typename T, int kMode, int kNT, int kNW>
+template <typename T, int kMode, int kNT, int kNW, bool kLight>
 __device__ __forceinline__ void accumulate(const GemmParams& p, int tile0, int64_t m0, int c0, int c1,
                                            float (&acc)[kNW][kNT][4]) {
   constexpr bool kVllm = kMode == static_cast<int>(Mode::Vllm);
-  using P = Pipeline<kNT, kNW>;
+  using P = Pipeline<kNT, kNW, kLight>;
   constexpr int kS = P::kS, kU = P::kU;
   // chunks per trip of the main loop: whole turns of the ring, an even number with two activation buffers
   constexpr int kTrip = kS * kU * (P::kActChunkAhead && (kS * kU) % 2 ? 2 : 1);
@@ -223,8 +223,8 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, int tile0, int64
 // Block: 8 warps; warp w handles kNW consecutive 16-row weight tiles (sharing the activation fragments) and
 // one of p.wk K ranges; the wk partial sums of a tile group are added in a fixed order (deterministic).
 // Grid: x = token tiles of 8·kNT (fastest, so blocks reading the same weights run together), y = tile groups.
-template <typename T, int kMode, int kNT, int kNW>
-__global__ void __launch_bounds__(256, fused_blocks_per_sm(kNT, kNW)) fused_gemm_kernel(const GemmParams p) {
+template <typename T, int kMode, int kNT, int kNW, bool kLight>
+__global__ void __launch_bounds__(256, fused_blocks_per_sm(kNT, kNW, kLight)) fused_gemm_kernel(const GemmParams p) {
   __shared__ float red[8][kNW * kNT * 4][32];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int wk = p.wk, wn = warp / wk, kk = warp % wk;
@@ -243,7 +243,7 @@ __global__ void __launch_bounds__(256, fused_blocks_per_sm(kNT, kNW)) fused_gemm
   if (active) {
     const int per = (p.kc + wk - 1) / wk;
     const int c0 = kk * per, c1 = min(p.kc, c0 + per);
-    accumulate<T, kMode, kNT, kNW>(p, tile0, m0, c0, c1, acc);
+    accumulate<T, kMode, kNT, kNW, kLight>(p, tile0, m0, c0, c1, acc);
   } else {
     pdl_wait();  // y is written below: not before the previous kernel is done with it
     pdl_launch_dependents();
@@ -271,18 +271,25 @@ __global__ void __launch_bounds__(256, fused_blocks_per_sm(kNT, kNW)) fused_gemm
   store_tiles<T, kNT, kNW>(p, tile0, m0, acc);
 }
 
-template <typename T, int kMode, int kNT, int kNW>
+template <typename T, int kMode, int kNT, int kNW, bool kLight = false>
 void launch_kernel(const GemmParams& p, cudaStream_t stream) {
   const int groups_per_block = 8 / p.wk;
   dim3 grid(static_cast<unsigned>(ceil_div(p.m, 8 * kNT)),
             static_cast<unsigned>(ceil_div(ceil_div(p.n16, kNW), groups_per_block)));
-  launch_maybe_programmatic(p.programmatic, fused_gemm_kernel<T, kMode, kNT, kNW>, grid, dim3(256), 0, stream, p);
+  launch_maybe_programmatic(p.programmatic, fused_gemm_kernel<T, kMode, kNT, kNW, kLight>, grid, dim3(256), 0, stream,
+                            p);
 }
 
 template <typename T, int kMode, int kNT>
-void launch_nt(const GemmParams& p, int nw, cudaStream_t stream) {
+void launch_nt(const GemmParams& p, int nw, bool light, cudaStream_t stream) {
   switch (nw) {
     case 1:
+      if constexpr (kNT == 2) {
+        if (light) {
+          launch_kernel<T, kMode, kNT, 1, true>(p, stream);
+          break;
+        }
+      }
       launch_kernel<T, kMode, kNT, 1>(p, stream);
       break;
     case 2:
@@ -295,26 +302,26 @@ void launch_nt(const GemmParams& p, int nw, cudaStream_t stream) {
 }
 
 template <typename T, int kMode>
-void launch_mode(const GemmParams& p, int nt, int nw, cudaStream_t stream) {
+void launch_mode(const GemmParams& p, int nt, int nw, bool light, cudaStream_t stream) {
   switch (nt) {
     case 1:
-      launch_nt<T, kMode, 1>(p, nw, stream);
+      launch_nt<T, kMode, 1>(p, nw, false, stream);
       break;
     case 2:
-      launch_nt<T, kMode, 2>(p, nw, stream);
+      launch_nt<T, kMode, 2>(p, nw, light, stream);
       break;
     default:
-      launch_nt<T, kMode, 4>(p, std::min(nw, 2), stream);
+      launch_nt<T, kMode, 4>(p, std::min(nw, 2), false, stream);
       break;
   }
 }
 
 template <typename T>
-void launch_t(const GemmParams& p, Mode mode, int nt, int nw, cudaStream_t stream) {
+void launch_t(const GemmParams& p, Mode mode, int nt, int nw, bool light, cudaStream_t stream) {
   if (mode == Mode::Exact)
-    launch_mode<T, 0>(p, nt, nw, stream);
+    launch_mode<T, 0>(p, nt, nw, light, stream);
   else
-    launch_mode<T, 1>(p, nt, nw, stream);
+    launch_mode<T, 1>(p, nt, nw, light, stream);
 }
 
 // One thread per (tile, chunk, lane): rows g and g+8, 16 K values each.
@@ -367,11 +374,11 @@ __global__ void add_bias_kernel(T* __restrict__ y, const float* __restrict__ bia
 
 }  // namespace
 
-void launch_fused_gemm(const GemmParams& p, DType act, Mode mode, int nt, int nw, cudaStream_t stream) {
+void launch_fused_gemm(const GemmParams& p, DType act, Mode mode, int nt, int nw, bool light, cudaStream_t stream) {
   if (act == DType::BF16)
-    launch_t<__nv_bfloat16>(p, mode, nt, nw, stream);
+    launch_t<__nv_bfloat16>(p, mode, nt, nw, light, stream);
   else
-    launch_t<__half>(p, mode, nt, nw, stream);
+    launch_t<__half>(p, mode, nt, nw, light, stream);
   NVFP4_CUDA_CHECK(cudaGetLastError());
 }
 

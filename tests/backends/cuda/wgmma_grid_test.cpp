@@ -105,8 +105,18 @@ TEST(CudaDecodeGrid, TilesPerWarpAndSplitByRule) {
   // 264 slots, a second wave 21% full: 1 tile per warp, 640 blocks on 396 slots (rule 3); rule 2 keeps 2.
   expect(decode_grid(1, 640, 128, 132, 3), 1, 1, 8, 640, 396, "10240x8192 m1");
   expect(decode_grid(1, 640, 128, 132, 2), 1, 2, 8, 320, 264, "10240x8192 m1 rule 2");
-  // M = 16: two token tiles, 2 blocks per SM whatever the tiles per warp: 2 tiles per warp, 320 blocks.
+  // M = 16: two token tiles, 2 tiles per warp (2 blocks per SM), 320 blocks.
   expect(decode_grid(16, 640, 128, 132, 3), 2, 2, 8, 320, 264, "10240x8192 m16");
+  // 6144x4096 (384 tiles, 64 chunks), M = 16: 96 and 192 blocks are under 90% of a wave, 1 tile per warp: 384
+  // blocks, more than the 264 slots of the 2-block kernel: the light kernel, 396 slots, one wave (not under
+  // rule 2).
+  expect(decode_grid(16, 384, 64, 132, 3), 2, 1, 8, 384, 396, "6144x4096 m16");
+  EXPECT_TRUE(decode_grid(16, 384, 64, 132, 3).light);
+  expect(decode_grid(16, 384, 64, 132, 2), 2, 1, 8, 384, 264, "6144x4096 m16 rule 2");
+  EXPECT_FALSE(decode_grid(16, 384, 64, 132, 2).light);
+  // 4096x4096 (256 tiles), M = 16: 256 blocks fit one wave of the 2-block kernel, which it keeps.
+  expect(decode_grid(16, 256, 64, 132, 3), 2, 1, 8, 256, 264, "4096x4096 m16");
+  EXPECT_FALSE(decode_grid(16, 256, 64, 132, 3).light);
   // 57344x8192 (3584 tiles): 896 blocks with 4 tiles per warp (3.4 waves).
   expect(decode_grid(1, 3584, 128, 132, 3), 1, 4, 8, 896, 264, "57344x8192 m1");
   // 8192x28672 (512 tiles, 448 chunks): 2 tiles per warp, 256 blocks, within one wave of 264.
