@@ -27,19 +27,13 @@
 #include "backends/cuda/linear_bound.h"
 #include "backends/cuda/weight_layout.h"
 #include "format/numerics.h"
+#include "graph_timing.cuh"
 
 using namespace nvfp4;
 
 namespace {
 
-#define CK(x)                                                                                    \
-  do {                                                                                           \
-    cudaError_t e_ = (x);                                                                        \
-    if (e_ != cudaSuccess) {                                                                     \
-      std::fprintf(stderr, "bench_gemm: %s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__); \
-      std::exit(1);                                                                              \
-    }                                                                                            \
-  } while (0)
+using bench::time_graph;
 
 struct Shape {
   int64_t n, k;
@@ -73,40 +67,6 @@ __global__ void fill_bf16(__nv_bfloat16* p, int64_t n, uint32_t seed, float amp)
   }
 }
 
-double median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// µs per call of `calls` calls captured in one graph.
-template <class F>
-double time_graph(F enqueue, int calls, int reps, cudaStream_t s) {
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  enqueue(s);
-  CK(cudaStreamEndCapture(s, &g));
-  CK(cudaGraphInstantiate(&ge, g, 0));
-  for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(ge, s));
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int i = 0; i < reps; ++i) {
-    CK(cudaEventRecord(a, s));
-    CK(cudaGraphLaunch(ge, s));
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
-    float t = 0;
-    CK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  cudaGraphExecDestroy(ge);
-  cudaGraphDestroy(g);
-  return median(ms) * 1000.0 / calls;
-}
 
 // Checks token rows {0, m/2, m-1} x 96 sampled output features against the CPU reference; returns the
 // largest err/bound (> 1 is a failure; NaN counts as failure).

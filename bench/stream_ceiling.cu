@@ -21,29 +21,15 @@
 #include <string>
 #include <vector>
 
-#include "backends/cuda/cuda_util.cuh"
+#include "backends/cuda/mma_frag.cuh"
+#include "graph_timing.cuh"
 
 namespace {
 
-#define CK(x)                                                                                       \
-  do {                                                                                              \
-    cudaError_t e_ = (x);                                                                           \
-    if (e_ != cudaSuccess) {                                                                        \
-      std::fprintf(stderr, "bench_stream: %s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__); \
-      std::exit(1);                                                                                 \
-    }                                                                                               \
-  } while (0)
-
+using nvfp4::bench::time_graph;
+using nvfp4::cuda::detail::ld_stream;
 using nvfp4::cuda::detail::pdl_launch_dependents;
 using nvfp4::cuda::detail::pdl_wait;
-
-__device__ __forceinline__ uint4 ld_stream(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
 
 // Reads lines [l0, l1) (32 words of 16 bytes each) with two stages of kD lines in flight per lane.
 template <int kD>
@@ -106,40 +92,6 @@ void launch(bool programmatic, K kernel, int grid, cudaStream_t s, A... args) {
   cfg.attrs = attr;
   cfg.numAttrs = programmatic ? 1 : 0;
   CK(cudaLaunchKernelEx(&cfg, kernel, args...));
-}
-
-double median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-template <class F>
-double time_graph(F enqueue, int calls, int reps, cudaStream_t s) {
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  enqueue(s);
-  CK(cudaStreamEndCapture(s, &g));
-  CK(cudaGraphInstantiate(&ge, g, 0));
-  for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(ge, s));
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int i = 0; i < reps; ++i) {
-    CK(cudaEventRecord(a, s));
-    CK(cudaGraphLaunch(ge, s));
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
-    float t = 0;
-    CK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  cudaGraphExecDestroy(ge);
-  cudaGraphDestroy(g);
-  return median(ms) * 1000.0 / calls;
 }
 
 std::vector<double> parse_list(const char* s) {
