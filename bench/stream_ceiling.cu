@@ -27,6 +27,7 @@
 namespace {
 
 using nvfp4::bench::time_graph;
+using nvfp4::cuda::detail::launch_maybe_programmatic;
 using nvfp4::cuda::detail::ld_stream;
 using nvfp4::cuda::detail::pdl_launch_dependents;
 using nvfp4::cuda::detail::pdl_wait;
@@ -78,20 +79,6 @@ __global__ void fill(uint4* p, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     p[i] = make_uint4(static_cast<uint32_t>(i), 1u, 2u, 3u);
-}
-
-template <typename K, typename... A>
-void launch(bool programmatic, K kernel, int grid, cudaStream_t s, A... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(256);
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = programmatic ? 1 : 0;
-  CK(cudaLaunchKernelEx(&cfg, kernel, args...));
 }
 
 std::vector<double> parse_list(const char* s) {
@@ -158,7 +145,7 @@ int main(int argc, char** argv) {
         for (int depth : {1, 2, 4}) {
           auto go = [&](auto kernel) {
             row("even", bpsm, depth, prog, [&](const uint4* b, cudaStream_t st) {
-              launch(prog, kernel, bpsm * sms, st, b, lines, out);
+              launch_maybe_programmatic(prog, kernel, dim3(bpsm * sms), dim3(256), 0, st, b, lines, out);
             });
           };
           if (depth == 1) go(even_kernel<1>);
@@ -169,7 +156,7 @@ int main(int argc, char** argv) {
       for (int per : {16, 32, 64}) {
         const int grid = static_cast<int>((lines + 8 * per - 1) / (8 * per));
         row("blocks", per, 2, prog, [&](const uint4* b, cudaStream_t st) {
-          launch(prog, blocks_kernel<2>, grid, st, b, lines, per, out);
+          launch_maybe_programmatic(prog, blocks_kernel<2>, dim3(grid), dim3(256), 0, st, b, lines, per, out);
         });
       }
     }
