@@ -44,7 +44,7 @@ bool programmatic_launch_enabled() { return g_programmatic.load(std::memory_orde
 
 constexpr int64_t kWeightChunkBytes = 64ll << 20;  // bound of the dequantized weight tile workspace
 // Grid rule of the fused kernel (set_fused_grid_rule's numbering; docs/PERF.md has the measurements).
-constexpr int kDefaultGridRule = 3;
+constexpr int kDefaultGridRule = 7;
 
 
 template <typename P>
@@ -258,7 +258,7 @@ class CudaLinearImpl final : public CudaLinear {
   void fused(detail::GemmParams& p, detail::Mode mode, bool after_quantizer, cudaStream_t stream) const {
     const int rule = grid_rule_ < 0 ? kDefaultGridRule : grid_rule_;
     if (p.m > 32 && rule >= 3 && wgmma_) return wgmma(p, mode, rule, stream);
-    const DecodeGrid g = decode_grid(p.m, n16_, kc_, sms_, rule);
+    const DecodeGrid g = decode_grid(p.m, n16_, kc_, sms_, rule, mode == detail::Mode::Vllm);
     p.wk = g.wk;
     // Programmatic launch only for grids of >= 90% of a wave, or behind the quantizer: the blocks scheduled
     // early take the slots that free up first, so a shorter grid behind a full one ends up unevenly spread
@@ -383,14 +383,18 @@ int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k, bool wgmma) {
   return n < 6144 ? 32 : 64;
 }
 
-DecodeGrid decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, int rule) {
+DecodeGrid decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, int rule, bool vllm) {
   DecodeGrid g;
   g.nt = m <= 8 ? 1 : m <= 16 ? 2 : 4;
   const int nt = g.nt;
   const int64_t mblocks = ceil_div(m, 8 * nt);
+  // light2: the two-tile kernel of one token tile that fits 3 blocks per SM (rules 7 and 8).
+  bool light2 = false;
   // Block slots of the whole GPU for a kernel with nw weight tiles per warp (rules 0 and 1 counted 2 per
   // SM for every kernel).
-  auto slots = [&](int nw) { return (rule >= 2 ? detail::fused_blocks_per_sm(nt, nw) : 2) * static_cast<int64_t>(sms); };
+  auto slots = [&](int nw) {
+    return (rule >= 2 ? detail::fused_blocks_per_sm(nt, nw, light2 && nw == 2) : 2) * static_cast<int64_t>(sms);
+  };
   int max_wk = 8;
   while (max_wk > 1 && kc / max_wk < 2) max_wk /= 2;
   // Weight tiles per warp (they share the activation fragments, which are 2x the weight bytes per tile
@@ -404,11 +408,20 @@ DecodeGrid decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, int rule) {
   } else {
     while (nw > 1 && mblocks * ceil_div(n16, nw) < slots(nw)) nw /= 2;
   }
-  // M <= 8, rule 3 on: 2 tiles per warp whose grid ends in a second wave less than half full run better as
-  // 1 tile per warp, whose kernel fits 3 blocks per SM (10240x8192: 320 blocks on 264 slots 20.4 µs, 640 on
-  // 396 slots 18.9 µs; docs/PERF.md, change 30).
-  if (rule >= 3 && nt == 1 && nw == 2 && blocks_at_max_wk(2) > slots(2) && 2 * blocks_at_max_wk(2) < 3 * slots(2))
-    nw = 1;
+  // A grid of 2 tiles per warp that ends in a second wave less than half full (rule 3 on, M <= 8; rule 7 on,
+  // M <= 16 too) runs better as 1 tile per warp, on a kernel that fits 3 blocks per SM (10240x8192 at M = 1:
+  // 320 blocks on 264 slots 20.4 µs, 640 on 396 slots 18.9; at M = 16 25.5 -> 24.2, the vLLM flavour 39.9 ->
+  // 33.7; docs/PERF.md, changes 30 and 33). Rule 7 on, M <= 8, exact-weight modes: the light two-tile kernel
+  // instead, which holds such a grid (< 1.5 x 2 blocks per SM) in one wave (10240x8192: 19.1 -> 17.5 µs; the
+  // vLLM flavour, whose per-weight f32 rounding makes it slower there, 30.5 -> 33.5, keeps 1 tile).
+  const bool short_second_wave =
+      nw == 2 && blocks_at_max_wk(2) > slots(2) && 2 * blocks_at_max_wk(2) < 3 * slots(2);
+  if (rule >= 7 && nt == 1 && !vllm && short_second_wave) light2 = true;
+  if (rule == 8 && nt == 1) {  // measurements and tests: the light two-tile kernel for every grid
+    nw = 2;
+    light2 = true;
+  }
+  if (!light2 && short_second_wave && ((rule >= 3 && nt == 1) || (rule >= 7 && nt == 2))) nw = 1;
   if (rule == 6 && nt <= 2 && nw > 1) nw /= 2;  // measurements: twice the blocks, each half as long
   // K split inside a block: rules 0 and 1 split only as much as needed for one wave (the warps of a
   // block sharing a K range also share the activations in L1); rule 2 on (M <= 16) always takes the
@@ -421,11 +434,12 @@ DecodeGrid decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, int rule) {
   g.wk = wk;
   g.blocks = mblocks * ceil_div(groups, 8 / wk);
   g.slots = slots(nw);
+  g.light = light2;
   // 16 tokens, one tile per warp, rule 3 on: a grid that needs more than one wave of the 2-block kernel runs
   // the light one (3 blocks per SM, shorter register stages); within one wave the 2-block kernel's deeper
   // stages win (6144x4096 at M = 16, 384 blocks: 11.3 -> 8.2 µs; 4096x4096, 256 blocks: 6.3 with the 2-block
-  // kernel, 6.9 with the light one; docs/PERF.md, change 32).
-  if (rule >= 3 && nt == 2 && nw == 1 && g.blocks > g.slots) {
+  // kernel, 6.9 with the light one; docs/PERF.md, change 32). Rule 8 takes it wherever it exists.
+  if (rule >= 3 && nt == 2 && nw == 1 && (g.blocks > g.slots || rule == 8)) {
     g.light = true;
     g.slots = detail::fused_blocks_per_sm(nt, nw, true) * static_cast<int64_t>(sms);
   }

@@ -62,13 +62,14 @@ static_assert(lane_holds_its_columns(), "the decode kernel's activation words mu
 // stage (kActInStage: loaded with it), a buffer filled one chunk ahead (kActChunkAhead: two buffers), or one
 // buffer whose halves are replaced as soon as the steps that use them have issued. Chosen per kernel from
 // same-machine measurements at M = 1, 16 and 32 against the earlier two-stage kernel (docs/PERF.md, change 31),
-// within the register budget (fused_blocks_per_sm: 80 registers for one weight tile with one token tile, or
-// two in the light kernel, else 128; spills in a main loop: 2 instructions in the 32-token two-tile kernel, none
+// within the register budget (fused_blocks_per_sm: 80 registers for one weight tile with one token tile and
+// for the light kernels, else 128; spills in a main loop: 2 instructions in the 32-token two-tile kernel, none
 // elsewhere): one token tile and one weight tile, 3 stages of 2 chunks with the activations a chunk ahead (its
 // activation loads often miss L1); 32 tokens and one weight tile, 2 stages of 1 chunk with the activations in
-// them; the light kernel (16 tokens, one tile; change 32) 2 stages of 2 chunks; the others 2 stages of up to 4
-// chunk-tiles (1 for 32 tokens, whose activation registers are 4x larger) with the activations half a chunk
-// ahead.
+// them; the light kernels (16 tokens and one tile, change 32; 8 tokens and two tiles, change 33) 2 stages of
+// 2 chunk-tiles (for two tiles: faster than 3 stages, or than the activations a chunk ahead); the others 2
+// stages of up to 4 chunk-tiles (1 for 32 tokens, whose activation registers are 4x larger) with the
+// activations half a chunk ahead.
 template <int kNT, int kNW, bool kLight>
 struct Pipeline {
   static constexpr bool kOneTile = kNT == 1 && kNW == 1;
@@ -295,6 +296,12 @@ void launch_nt(const GemmParams& p, int nw, bool light, cudaStream_t stream) {
       launch_kernel<T, kMode, kNT, 1>(p, stream);
       break;
     case 2:
+      if constexpr (kNT == 1) {
+        if (light) {
+          launch_kernel<T, kMode, kNT, 2, true>(p, stream);
+          break;
+        }
+      }
       launch_kernel<T, kMode, kNT, 2>(p, stream);
       break;
     default:
@@ -307,7 +314,7 @@ template <typename T, int kMode>
 void launch_mode(const GemmParams& p, int nt, int nw, bool light, cudaStream_t stream) {
   switch (nt) {
     case 1:
-      launch_nt<T, kMode, 1>(p, nw, false, stream);
+      launch_nt<T, kMode, 1>(p, nw, light, stream);
       break;
     case 2:
       launch_nt<T, kMode, 2>(p, nw, light, stream);

@@ -33,16 +33,16 @@ struct GemmParams {
 };
 
 // Blocks of 8 warps per SM the fused kernel for token tiles of 8·nt and nw weight tiles per warp is
-// compiled to fit (its register budget: 80 registers for one weight tile per warp with one token tile, or two
-// in the light variant, 128 otherwise); the host's grid rules count block slots with it. light: the 16-token,
-// one-tile kernel with shorter register stages that fits 3 blocks per SM (for grids that the 2-block kernel
-// runs in more than one wave).
+// compiled to fit (its register budget: 80 registers for one weight tile per warp with one token tile, or for
+// the light variants, 128 otherwise); the host's grid rules count block slots with it. light: the variants with
+// shorter register stages that fit 3 blocks per SM (16 tokens and one tile per warp, 8 tokens and two; for grids
+// that the 2-block kernel runs in more than one wave).
 constexpr int fused_blocks_per_sm(int nt, int nw, bool light = false) {
-  return nw == 1 && (nt == 1 || (nt == 2 && light)) ? 3 : 2;
+  return (nt == 1 && nw == 1) || light ? 3 : 2;
 }
 
 // Fused mixed-input GEMM, tokens in tiles of 8·nt (nt = 1, 2 or 4), nw = 1, 2 or 4 weight tiles per warp
-// (nt = 4 uses at most 2); light: fused_blocks_per_sm's light variant (nt = 2, nw = 1 only).
+// (nt = 4 uses at most 2); light: fused_blocks_per_sm's light variant (nt = 2 with nw = 1, nt = 1 with nw = 2).
 void launch_fused_gemm(const GemmParams& p, DType act, Mode mode, int nt, int nw, bool light, cudaStream_t stream);
 
 // Hopper GEMM for M > 32 (gemm_wgmma.cu, sm_90a; where wgmma_available: the device is sm_90 and runs this

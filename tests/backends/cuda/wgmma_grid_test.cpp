@@ -125,6 +125,26 @@ TEST(CudaDecodeGrid, TilesPerWarpAndSplitByRule) {
   expect(decode_grid(1, 1792, 64, 132, 3), 1, 4, 8, 448, 264, "28672x4096 m1");
   // 4096x4096 (256 tiles): 64 and 128 blocks are too few, 1 tile per warp, 256 blocks on 396 slots.
   expect(decode_grid(1, 256, 64, 132, 3), 1, 1, 8, 256, 396, "4096x4096 m1");
+  // Rule 7 (the default): 10240x8192 at M = 1 keeps 2 tiles per warp on the light kernel (3 blocks per SM),
+  // 320 blocks in one wave of 396 slots, except in the vLLM flavour (1 tile, as rule 3); at M = 16 its grid of
+  // 2 tiles (320 blocks on 264 slots) becomes 1 tile per warp on the light 16-token kernel, 640 blocks.
+  expect(decode_grid(1, 640, 128, 132, 7), 1, 2, 8, 320, 396, "10240x8192 m1 rule 7");
+  EXPECT_TRUE(decode_grid(1, 640, 128, 132, 7).light);
+  expect(decode_grid(1, 640, 128, 132, 7, true), 1, 1, 8, 640, 396, "10240x8192 m1 rule 7 vllm");
+  EXPECT_FALSE(decode_grid(1, 640, 128, 132, 7, true).light);
+  expect(decode_grid(16, 640, 128, 132, 7), 2, 1, 8, 640, 396, "10240x8192 m16 rule 7");
+  EXPECT_TRUE(decode_grid(16, 640, 128, 132, 7).light);
+  // ... and leaves grids without a short second wave as rule 3 has them.
+  expect(decode_grid(1, 3584, 128, 132, 7), 1, 4, 8, 896, 264, "57344x8192 m1 rule 7");
+  expect(decode_grid(1, 1792, 64, 132, 7), 1, 4, 8, 448, 264, "28672x4096 m1 rule 7");
+  expect(decode_grid(16, 512, 448, 132, 7), 2, 2, 8, 256, 264, "8192x28672 m16 rule 7");
+  EXPECT_FALSE(decode_grid(16, 512, 448, 132, 7).light);
+  expect(decode_grid(1, 256, 64, 132, 7), 1, 1, 8, 256, 396, "4096x4096 m1 rule 7");
+  // Rule 8: the light kernels everywhere at M <= 16.
+  expect(decode_grid(1, 256, 64, 132, 8), 1, 2, 8, 128, 396, "4096x4096 m1 rule 8");
+  EXPECT_TRUE(decode_grid(1, 256, 64, 132, 8).light);
+  expect(decode_grid(16, 256, 64, 132, 8), 2, 1, 8, 256, 396, "4096x4096 m16 rule 8");
+  EXPECT_TRUE(decode_grid(16, 256, 64, 132, 8).light);
   // M = 32, 4096x4096: 32-token tiles (2 tiles per warp at most), 128 blocks < 264 slots: 1 tile, then the K
   // split grows while the grid is under one wave: 8 warps, 256 blocks.
   expect(decode_grid(32, 256, 64, 132, 3), 4, 1, 8, 256, 264, "4096x4096 m32");
