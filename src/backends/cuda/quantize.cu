@@ -7,24 +7,38 @@
 namespace nvfp4::cuda::detail {
 namespace {
 
-// Quantizes one group of 16 values: returns the E4M3 scale byte and the two code words (linear nibble order).
-template <typename T>
-__device__ __forceinline__ uint32_t quantize_group(const uint4 (&raw)[2], float gs, float inv_gs, uint32_t (&w)[2]) {
+// The f32 values of kN consecutive T values (kN / 8 16-byte vectors, or one 8-byte vector for kN = 4).
+template <typename T, int kN, typename V>
+__device__ __forceinline__ void to_f32s(const V* raw, float (&v)[kN]) {
   using A = Act<T>;
   const typename A::T2* v2 = reinterpret_cast<const typename A::T2*>(raw);
-  float v[16];
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < kN / 2; ++i) {
     v[2 * i] = A::to_f32(v2[i], 0);
     v[2 * i + 1] = A::to_f32(v2[i], 1);
   }
-  float vmax = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 16; ++i) vmax = fmaxf(vmax, fabsf(v[i]));
+}
+
+// A group's E4M3 scale byte from its largest magnitude vmax (NaNs ignored), and os, the f32 factor that takes
+// its values to E2M1 (0 for a zero scale).
+__device__ __forceinline__ uint32_t group_scale(float vmax, float gs, float inv_gs, float& os) {
   const float prod = __fmul_rn(gs, __fmul_rn(vmax, __uint_as_float(0x3E2AAAABu)));
   const uint32_t s8 = e4m3_from_f32_pos(fminf(prod, 448.0f));
   const float s8f = e4m3_to_f32(s8);
-  const float os = s8 == 0 ? 0.0f : __fdiv_rn(1.0f, __fmul_rn(s8f, inv_gs));
+  os = s8 == 0 ? 0.0f : __fdiv_rn(1.0f, __fmul_rn(s8f, inv_gs));
+  return s8;
+}
+
+// Quantizes one group of 16 values: returns the E4M3 scale byte and the two code words (linear nibble order).
+template <typename T>
+__device__ __forceinline__ uint32_t quantize_group(const uint4 (&raw)[2], float gs, float inv_gs, uint32_t (&w)[2]) {
+  float v[16];
+  to_f32s<T>(raw, v);
+  float vmax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) vmax = fmaxf(vmax, fabsf(v[i]));
+  float os;
+  const uint32_t s8 = group_scale(vmax, gs, inv_gs, os);
   w[0] = 0;
   w[1] = 0;
 #pragma unroll
@@ -32,6 +46,13 @@ __device__ __forceinline__ uint32_t quantize_group(const uint4 (&raw)[2], float 
     w[i / 8] |= e2m1_encode_bits(__fmul_rn(v[i], os)) << (4 * (i % 8));
   }
   return s8;
+}
+
+// The dequantized value the W4A4 GEMMs multiply: exact e2m1 · sx, or the vLLM flavour's T(e2m1 · f32(sx / gs))
+// (sc: sx, or sx / gs).
+template <typename T>
+__device__ __forceinline__ T dequant_value(uint32_t code, float sc) {
+  return Act<T>::one(__fmul_rn(e2m1_to_f32(code), sc));
 }
 
 // Linear scales: each thread quantizes kG consecutive groups of the
@@ -116,7 +137,6 @@ __global__ void __launch_bounds__(256) quantize_swizzled_kernel(const T* __restr
 template <typename T, bool kVllm, int kG>
 __global__ void __launch_bounds__(256) quantize_dequant_kernel(const T* __restrict__ x, int64_t total, float gs,
                                                                float inv_gs, T* __restrict__ out) {
-  using A = Act<T>;
   pdl_launch_dependents();  // the GEMM that reads `out` may start loading its weights (it waits for us)
   const int64_t g0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kG;
   if (g0 >= total) return;
@@ -137,12 +157,41 @@ __global__ void __launch_bounds__(256) quantize_dequant_kernel(const T* __restri
     const float sc = kVllm ? __fdiv_rn(s, gs) : s;
     alignas(16) T vals[16];
 #pragma unroll
-    for (int i = 0; i < 16; ++i) vals[i] = A::one(__fmul_rn(e2m1_to_f32(w[i / 8] >> (4 * (i % 8))), sc));
+    for (int i = 0; i < 16; ++i) vals[i] = dequant_value<T>(w[i / 8] >> (4 * (i % 8)), sc);
     uint4* dst = reinterpret_cast<uint4*>(out + (g0 + gi) * 16);
     dst[0] = reinterpret_cast<const uint4*>(vals)[0];
     dst[1] = reinterpret_cast<const uint4*>(vals)[1];
   }
 }
+
+// The same for decode sizes, where the quantizer's latency is what the GEMM waits for: four lanes per group,
+// four values each; the group's largest magnitude is the maximum of the lanes' (fmaxf is exact and
+// order-free on magnitudes, and NaNs are ignored either way), so scales and codes equal quantize_group's.
+template <typename T, bool kVllm>
+__global__ void __launch_bounds__(256) quantize_dequant_quad_kernel(const T* __restrict__ x, int64_t total,
+                                                                    float gs, float inv_gs, T* __restrict__ out) {
+  pdl_launch_dependents();  // as above
+  const int64_t q = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;  // quarter-group
+  const bool in = q < total * 4;  // a group's four lanes are in or out together (the shuffles need them all)
+  const uint2 raw = in ? reinterpret_cast<const uint2*>(x)[q] : make_uint2(0, 0);
+  float v[4];
+  to_f32s<T>(&raw, v);
+  float vmax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) vmax = fmaxf(vmax, fabsf(v[i]));
+  vmax = fmaxf(vmax, __shfl_xor_sync(0xFFFFFFFFu, vmax, 1));
+  vmax = fmaxf(vmax, __shfl_xor_sync(0xFFFFFFFFu, vmax, 2));
+  float os;
+  const float s = e4m3_to_f32(group_scale(vmax, gs, inv_gs, os));
+  const float sc = kVllm ? __fdiv_rn(s, gs) : s;
+  alignas(8) T vals[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) vals[i] = dequant_value<T>(e2m1_encode_bits(__fmul_rn(v[i], os)), sc);
+  if (in) reinterpret_cast<uint2*>(out)[q] = *reinterpret_cast<const uint2*>(vals);
+}
+
+// Rows up to which quantize-dequantize runs four lanes per group (the decode kernel's M <= 32).
+constexpr int64_t kQuadMaxRows = 32;
 
 template <typename T>
 void launch_t(const void* x, int64_t m, int64_t k, float gs, uint8_t* codes, uint8_t* scales, ScaleLayout layout,
@@ -172,6 +221,15 @@ void launch_qd(const void* x, int64_t m, int64_t k, float gs, bool vllm, void* o
   const unsigned blocks = static_cast<unsigned>(ceil_div(ceil_div(total, kG), threads));
   const T* xt = static_cast<const T*>(x);
   T* o = static_cast<T*>(out);
+  if (m <= kQuadMaxRows) {
+    const unsigned qblocks = static_cast<unsigned>(ceil_div(total * 4, threads));
+    if (vllm)
+      quantize_dequant_quad_kernel<T, true><<<qblocks, threads, 0, stream>>>(xt, total, gs, 1.0f / gs, o);
+    else
+      quantize_dequant_quad_kernel<T, false><<<qblocks, threads, 0, stream>>>(xt, total, gs, 1.0f / gs, o);
+    NVFP4_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
   if (vllm)
     quantize_dequant_kernel<T, true, kG><<<blocks, threads, 0, stream>>>(xt, total, gs, 1.0f / gs, o);
   else

@@ -76,10 +76,9 @@ TEST(CudaQuantize, BitExactWithCpuOnRandomData) {
   for_random_cases(shapes, 1, check_layouts);
 }
 
-TEST(CudaQuantize, BitExactOnEveryBf16Value) {
-  NVFP4_REQUIRE_GPU();
-  // All 65536 bf16 bit patterns except NaN, 16 to a group, in a few orders and global scales: covers E2M1
-  // ties, E4M3 subnormal and clamped scales, infinities.
+// All 65536 bf16 bit patterns except NaN, 16 to a group, partly shuffled, zero-padded to 65536 values: E2M1
+// ties, E4M3 subnormal and clamped scales, infinities.
+std::vector<uint16_t> every_bf16_value() {
   std::vector<uint16_t> x;
   for (uint32_t b = 0; b < 65536; ++b) {
     const uint16_t v = static_cast<uint16_t>(b);
@@ -89,8 +88,15 @@ TEST(CudaQuantize, BitExactOnEveryBf16Value) {
   std::mt19937 rng(5);
   std::shuffle(x.begin() + 1000, x.end(), rng);
   while (x.size() % 256) x.push_back(0);
+  return x;
+}
+const float kEveryValueScales[] = {1.0f, 448.0f, 2688.0f / 3.0e38f, 1.0e30f};
+
+TEST(CudaQuantize, BitExactOnEveryBf16Value) {
+  NVFP4_REQUIRE_GPU();
+  const std::vector<uint16_t> x = every_bf16_value();
   const int64_t k = 256, m = static_cast<int64_t>(x.size()) / k;
-  for (float gs : {1.0f, 448.0f, 2688.0f / 3.0e38f, 1.0e30f}) {
+  for (float gs : kEveryValueScales) {
     if (!(gs > 0.0f) || !std::isfinite(gs)) continue;
     check_layouts(DType::BF16, x, m, k, gs);
   }
@@ -142,9 +148,21 @@ void check_dequant(DType t, const std::vector<uint16_t>& x, int64_t m, int64_t k
 
 TEST(CudaQuantize, QuantizeDequantMatchesCpuExecutorValues) {
   NVFP4_REQUIRE_GPU();
-  // Odd group counts (the two-group threads' tail), one row, and a wide range of magnitudes and scales.
-  const int64_t shapes[][2] = {{1, 16}, {1, 4096}, {7, 48}, {33, 208}, {128, 1024}};
+  // Odd group counts (the two-group threads' tail), one row, and a wide range of magnitudes and scales; up to
+  // 32 rows the four-lanes-per-group kernel (a block's last groups past the end: 7x48), above the other.
+  const int64_t shapes[][2] = {{1, 16}, {1, 4096}, {7, 48}, {32, 28672}, {33, 208}, {128, 1024}};
   for_random_cases(shapes, 77, check_dequant);
+}
+
+TEST(CudaQuantize, QuantizeDequantOnEveryBf16Value) {
+  NVFP4_REQUIRE_GPU();
+  // As 256 rows (two groups per thread) and as 32 (four lanes per group).
+  const std::vector<uint16_t> x = every_bf16_value();
+  for (int64_t m : {256, 32})
+    for (float gs : kEveryValueScales) {
+      if (!(gs > 0.0f) || !std::isfinite(gs)) continue;
+      check_dequant(DType::BF16, x, m, static_cast<int64_t>(x.size()) / m, gs);
+    }
 }
 
 TEST(CudaQuantize, RejectsBadArguments) {
