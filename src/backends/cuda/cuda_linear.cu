@@ -179,6 +179,8 @@ class CudaLinearImpl final : public CudaLinear {
 
     set_tile_rows(0);
     check_cuda(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+    check_cuda(cudaDeviceGetAttribute(&smem_per_sm_, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device),
+               "cudaDeviceGetAttribute");
     wgmma_ = detail::wgmma_available(device);
     int major = 0;
     check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
@@ -262,8 +264,15 @@ class CudaLinearImpl final : public CudaLinear {
     p.wk = g.wk;
     // Programmatic launch only for grids of >= 90% of a wave, or behind the quantizer: the blocks scheduled
     // early take the slots that free up first, so a shorter grid behind a full one ends up unevenly spread
-    // over the SMs (4096x4096 at M = 1 behind another layer: 6.2 -> 6.8 µs; docs/PERF.md, change 19).
-    if (!after_quantizer && 10 * g.blocks < 9 * g.slots) p.programmatic = false;
+    // over the SMs (4096x4096 at M = 1 behind another layer: 6.2 -> 6.8 µs; docs/PERF.md, change 19). A grid of
+    // 90-100% of 2 blocks per SM on a kernel that fits 3 asks for unused shared memory that leaves room for only
+    // 2 per SM, which spreads it evenly with the early launch kept (docs/PERF.md, change 35).
+    int64_t slots = g.slots;
+    if (smem_per_sm_ > 0 && g.slots == 3ll * sms_ && g.blocks <= 2ll * sms_ && 10 * g.blocks >= 9 * 2ll * sms_) {
+      p.dyn_smem = (smem_per_sm_ / 3 + 1023) / 1024 * 1024;  // 3 blocks need more than the SM has
+      slots = 2ll * sms_;
+    }
+    if (!after_quantizer && 10 * g.blocks < 9 * slots) p.programmatic = false;
     detail::launch_fused_gemm(p, act_, mode, g.nt, g.nw, g.light, stream);
   }
 
@@ -335,6 +344,7 @@ class CudaLinearImpl final : public CudaLinear {
   BlasHandle* blas_ = nullptr;  // shared by every layer on device_
 
   int sms_ = 132;
+  int smem_per_sm_ = 0;
   int grid_rule_ = -1;
   int forced_splits_ = 0;  // wgmma kernel's K split, 0 = wgmma_split's
   int forced_split_rb0_ = 0;  // and its first split block of 256 rows

@@ -27,6 +27,8 @@ struct GemmParams {
   float w_dec = 1.0f;               // vLLM flavour: D_w
   int wk = 8;                       // warps of a block splitting K (1, 2, 4, 8); 8 / wk weight tiles per block
   bool programmatic = false;        // programmatic launch after the previous kernel in the stream (sm_90+)
+  int dyn_smem = 0;                 // decode kernel: dynamic shared memory per block (unused; > 0 caps the
+                                    // blocks resident per SM)
   int splits = 1;                   // wgmma kernel: blocks splitting K of each split row block
   int split_rb0 = 0;                // wgmma kernel: first split row block (256 rows); those before it whole
   float* partial = nullptr;         // (splits, m, N - 256·split_rb0) f32 when splits > 1

@@ -232,6 +232,32 @@ TEST(CudaLinear, FusedGridRulesWithinDerivedBound) {
     }
 }
 
+// A decode grid of 90-100% of 2 blocks per SM on the one-tile kernel (which fits 3) runs with the shared-memory
+// request that caps it at 2 per SM: N = 16·(2·SMs - 6) rows (1 tile per warp, K split 8 ways at K = 1024),
+// M = 1 and 8, every semantics, within the bound and bit-identical on a second call.
+TEST(CudaLinear, DecodeGridCappedAtTwoBlocksPerSm) {
+  NVFP4_REQUIRE_GPU();
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  const int64_t n = 16 * (2 * sms - 6), k = 1024;
+  const DecodeGrid g = decode_grid(1, n / 16, k / 64, sms, 7);
+  ASSERT_EQ(g.slots, 3 * sms) << "the grid must be one of the 3-blocks-per-SM kernel";
+  ASSERT_GE(10 * g.blocks, 9 * 2 * sms);
+  ASSERT_LE(g.blocks, 2 * sms);
+  uint32_t seed = 2500;
+  for (Semantics s : kAllSemantics) {
+    const LinearWeights w = random_layer(n, k, scale_range(0x28, 0x5F), 2688.0f / 0.3f, true, 2688.0f / 7.0f,
+                                         true, DType::BF16, seed++);
+    for (int64_t m : {1, 8}) {
+      const auto x = random_activations(DType::BF16, m, k, 1.0f, seed++);
+      const std::string what = label(s, DType::BF16, m, n, k) + "/two per SM";
+      const std::vector<uint16_t> y = run_gpu(w, s, DType::BF16, x, m);
+      check_y(w, DType::BF16, m, y, reference(w, s, DType::BF16, x, m), what);
+      EXPECT_EQ(run_gpu(w, s, DType::BF16, x, m), y) << what << ": two calls differ";
+    }
+  }
+}
+
 // M > 16 on the fused path (forced): M <= 32 runs the decode kernel's 32-token tiles; above, on sm_90, the
 // wgmma kernel (rule 3, the default: 64-token tiles up to M = 64, 128 above, 4 consumer warpgroups at M =
 // 65-128; rules 4 and 5: 4 or 2 consumer warpgroups forced) and the decode kernel's 32-token tiles that other GPUs run (rule 2). Full and
