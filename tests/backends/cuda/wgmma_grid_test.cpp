@@ -134,9 +134,12 @@ TEST(CudaDecodeGrid, TilesPerWarpAndSplitByRule) {
   EXPECT_FALSE(decode_grid(1, 640, 128, 132, 7, true).light);
   expect(decode_grid(16, 640, 128, 132, 7), 2, 1, 8, 640, 396, "10240x8192 m16 rule 7");
   EXPECT_TRUE(decode_grid(16, 640, 128, 132, 7).light);
-  // ... and leaves grids without a short second wave as rule 3 has them.
+  // 28672x4096: 448 blocks on 264 slots (1.7 waves) at the largest K split; half of it, 224 blocks, fills 85% of
+  // one wave.
+  expect(decode_grid(1, 1792, 64, 132, 7), 1, 4, 4, 224, 264, "28672x4096 m1 rule 7");
+  expect(decode_grid(16, 1792, 64, 132, 7), 2, 4, 4, 224, 264, "28672x4096 m16 rule 7");
+  // ... and leaves the other grids as rule 3 has them: 57344x8192 needs 3.4 waves.
   expect(decode_grid(1, 3584, 128, 132, 7), 1, 4, 8, 896, 264, "57344x8192 m1 rule 7");
-  expect(decode_grid(1, 1792, 64, 132, 7), 1, 4, 8, 448, 264, "28672x4096 m1 rule 7");
   expect(decode_grid(16, 512, 448, 132, 7), 2, 2, 8, 256, 264, "8192x28672 m16 rule 7");
   EXPECT_FALSE(decode_grid(16, 512, 448, 132, 7).light);
   expect(decode_grid(1, 256, 64, 132, 7), 1, 1, 8, 256, 396, "4096x4096 m1 rule 7");
