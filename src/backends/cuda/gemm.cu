@@ -69,7 +69,8 @@ static_assert(lane_holds_its_columns(), "the decode kernel's activation words mu
 // them; the light kernels (16 tokens and one tile, change 32; 8 tokens and two tiles, change 33) 2 stages of
 // 2 chunk-tiles (for two tiles: faster than 3 stages, or than the activations a chunk ahead); the others 2
 // stages of up to 4 chunk-tiles (1 for 32 tokens, whose activation registers are 4x larger) with the
-// activations half a chunk ahead.
+// activations half a chunk ahead, except 16 tokens with one or two tiles, whose activations (2 KB per chunk,
+// often from L2: L1 hit rate 48% on 8192x28672, ncu) come a whole chunk ahead (change 37; four tiles spill).
 template <int kNT, int kNW, bool kLight>
 struct Pipeline {
   static constexpr bool kOneTile = kNT == 1 && kNW == 1;
@@ -77,7 +78,7 @@ struct Pipeline {
   static constexpr int kTiles = kOneTile || kLight ? 2 : kNT == 4 ? 1 : 4;  // chunk-tiles per stage
   static constexpr int kU = kTiles / kNW > 1 ? kTiles / kNW : 1;
   static constexpr bool kActInStage = kNT == 4 && kNW == 1;
-  static constexpr bool kActChunkAhead = kOneTile;
+  static constexpr bool kActChunkAhead = kOneTile || (kNT == 2 && kNW <= 2 && !kLight);
 };
 
 // Accumulates chunks [c0, c1) of weight tiles tile0 .. tile0+kNW-1 (tiles past N16 are zero tiles whose
