@@ -92,65 +92,69 @@ TEST(CudaWgmmaGrid, SplitsFollowTheTimeEstimate) {
 }
 
 // Bench layers on 132 SMs, worked by hand from the rule (blocks with the largest K split, 8 warps per block; 3
-// blocks per SM for one token tile and one weight tile per warp, 2 otherwise).
+// blocks per SM for one token tile and one weight tile per warp and for the light variants, 2 otherwise).
 TEST(CudaDecodeGrid, TilesPerWarpAndSplitByRule) {
-  auto expect = [](const DecodeGrid& g, int nt, int nw, int wk, int64_t blocks, int64_t slots, const char* what) {
-    EXPECT_EQ(g.nt, nt) << what;
-    EXPECT_EQ(g.nw, nw) << what;
-    EXPECT_EQ(g.wk, wk) << what;
-    EXPECT_EQ(g.blocks, blocks) << what;
-    EXPECT_EQ(g.slots, slots) << what;
+  struct Case {
+    int64_t m, n16, kc;
+    int rule;
+    bool vllm;
+    int nt, nw, wk;
+    int64_t blocks, slots;
+    bool light;
+    const char* what;
   };
-  // 10240x8192 (640 tiles, 128 chunks), M = 1: 4 tiles per warp give 160 blocks (< 90% of 264), 2 give 320 on
-  // 264 slots, a second wave 21% full: 1 tile per warp, 640 blocks on 396 slots (rule 3); rule 2 keeps 2.
-  expect(decode_grid(1, 640, 128, 132, 3), 1, 1, 8, 640, 396, "10240x8192 m1");
-  expect(decode_grid(1, 640, 128, 132, 2), 1, 2, 8, 320, 264, "10240x8192 m1 rule 2");
-  // M = 16: two token tiles, 2 tiles per warp (2 blocks per SM), 320 blocks.
-  expect(decode_grid(16, 640, 128, 132, 3), 2, 2, 8, 320, 264, "10240x8192 m16");
-  // 6144x4096 (384 tiles, 64 chunks), M = 16: 96 and 192 blocks are under 90% of a wave, 1 tile per warp: 384
-  // blocks, more than the 264 slots of the 2-block kernel: the light kernel, 396 slots, one wave (not under
-  // rule 2).
-  expect(decode_grid(16, 384, 64, 132, 3), 2, 1, 8, 384, 396, "6144x4096 m16");
-  EXPECT_TRUE(decode_grid(16, 384, 64, 132, 3).light);
-  expect(decode_grid(16, 384, 64, 132, 2), 2, 1, 8, 384, 264, "6144x4096 m16 rule 2");
-  EXPECT_FALSE(decode_grid(16, 384, 64, 132, 2).light);
-  // 4096x4096 (256 tiles), M = 16: 256 blocks fit one wave of the 2-block kernel, which it keeps.
-  expect(decode_grid(16, 256, 64, 132, 3), 2, 1, 8, 256, 264, "4096x4096 m16");
-  EXPECT_FALSE(decode_grid(16, 256, 64, 132, 3).light);
-  // 57344x8192 (3584 tiles): 896 blocks with 4 tiles per warp (3.4 waves).
-  expect(decode_grid(1, 3584, 128, 132, 3), 1, 4, 8, 896, 264, "57344x8192 m1");
-  // 8192x28672 (512 tiles, 448 chunks): 2 tiles per warp, 256 blocks, within one wave of 264.
-  expect(decode_grid(1, 512, 448, 132, 3), 1, 2, 8, 256, 264, "8192x28672 m1");
-  // 28672x4096 (1792 tiles): 448 blocks with 4 tiles per warp (1.7 waves: its second wave is 70% full).
-  expect(decode_grid(1, 1792, 64, 132, 3), 1, 4, 8, 448, 264, "28672x4096 m1");
-  // 4096x4096 (256 tiles): 64 and 128 blocks are too few, 1 tile per warp, 256 blocks on 396 slots.
-  expect(decode_grid(1, 256, 64, 132, 3), 1, 1, 8, 256, 396, "4096x4096 m1");
-  // Rule 7 (the default): 10240x8192 at M = 1 keeps 2 tiles per warp on the light kernel (3 blocks per SM),
-  // 320 blocks in one wave of 396 slots, except in the vLLM flavour (1 tile, as rule 3); at M = 16 its grid of
-  // 2 tiles (320 blocks on 264 slots) becomes 1 tile per warp on the light 16-token kernel, 640 blocks.
-  expect(decode_grid(1, 640, 128, 132, 7), 1, 2, 8, 320, 396, "10240x8192 m1 rule 7");
-  EXPECT_TRUE(decode_grid(1, 640, 128, 132, 7).light);
-  expect(decode_grid(1, 640, 128, 132, 7, true), 1, 1, 8, 640, 396, "10240x8192 m1 rule 7 vllm");
-  EXPECT_FALSE(decode_grid(1, 640, 128, 132, 7, true).light);
-  expect(decode_grid(16, 640, 128, 132, 7), 2, 1, 8, 640, 396, "10240x8192 m16 rule 7");
-  EXPECT_TRUE(decode_grid(16, 640, 128, 132, 7).light);
-  // 28672x4096: 448 blocks on 264 slots (1.7 waves) at the largest K split; half of it, 224 blocks, fills 85% of
-  // one wave.
-  expect(decode_grid(1, 1792, 64, 132, 7), 1, 4, 4, 224, 264, "28672x4096 m1 rule 7");
-  expect(decode_grid(16, 1792, 64, 132, 7), 2, 4, 4, 224, 264, "28672x4096 m16 rule 7");
-  // ... and leaves the other grids as rule 3 has them: 57344x8192 needs 3.4 waves.
-  expect(decode_grid(1, 3584, 128, 132, 7), 1, 4, 8, 896, 264, "57344x8192 m1 rule 7");
-  expect(decode_grid(16, 512, 448, 132, 7), 2, 2, 8, 256, 264, "8192x28672 m16 rule 7");
-  EXPECT_FALSE(decode_grid(16, 512, 448, 132, 7).light);
-  expect(decode_grid(1, 256, 64, 132, 7), 1, 1, 8, 256, 396, "4096x4096 m1 rule 7");
-  // Rule 8: the light kernels everywhere at M <= 16.
-  expect(decode_grid(1, 256, 64, 132, 8), 1, 2, 8, 128, 396, "4096x4096 m1 rule 8");
-  EXPECT_TRUE(decode_grid(1, 256, 64, 132, 8).light);
-  expect(decode_grid(16, 256, 64, 132, 8), 2, 1, 8, 256, 396, "4096x4096 m16 rule 8");
-  EXPECT_TRUE(decode_grid(16, 256, 64, 132, 8).light);
-  // M = 32, 4096x4096: 32-token tiles (2 tiles per warp at most), 128 blocks < 264 slots: 1 tile, then the K
-  // split grows while the grid is under one wave: 8 warps, 256 blocks.
-  expect(decode_grid(32, 256, 64, 132, 3), 4, 1, 8, 256, 264, "4096x4096 m32");
+  const Case cases[] = {
+      // 10240x8192 (640 tiles, 128 chunks), M = 1: 4 tiles per warp give 160 blocks (< 90% of 264), 2 give 320
+      // on 264 slots, a second wave 21% full: 1 tile per warp, 640 blocks on 396 slots (rule 3); rule 2 keeps 2.
+      {1, 640, 128, 3, false, 1, 1, 8, 640, 396, false, "10240x8192 m1"},
+      {1, 640, 128, 2, false, 1, 2, 8, 320, 264, false, "10240x8192 m1 rule 2"},
+      // M = 16: two token tiles, 2 tiles per warp (2 blocks per SM), 320 blocks.
+      {16, 640, 128, 3, false, 2, 2, 8, 320, 264, false, "10240x8192 m16"},
+      // 6144x4096 (384 tiles, 64 chunks), M = 16: 96 and 192 blocks are under 90% of a wave, 1 tile per warp:
+      // 384 blocks, more than the 264 slots of the 2-block kernel: the light kernel, 396 slots, one wave (not
+      // under rule 2).
+      {16, 384, 64, 3, false, 2, 1, 8, 384, 396, true, "6144x4096 m16"},
+      {16, 384, 64, 2, false, 2, 1, 8, 384, 264, false, "6144x4096 m16 rule 2"},
+      // 4096x4096 (256 tiles), M = 16: 256 blocks fit one wave of the 2-block kernel, which it keeps.
+      {16, 256, 64, 3, false, 2, 1, 8, 256, 264, false, "4096x4096 m16"},
+      // 57344x8192 (3584 tiles): 896 blocks with 4 tiles per warp (3.4 waves).
+      {1, 3584, 128, 3, false, 1, 4, 8, 896, 264, false, "57344x8192 m1"},
+      // 8192x28672 (512 tiles, 448 chunks): 2 tiles per warp, 256 blocks, within one wave of 264.
+      {1, 512, 448, 3, false, 1, 2, 8, 256, 264, false, "8192x28672 m1"},
+      // 28672x4096 (1792 tiles): 448 blocks with 4 tiles per warp (1.7 waves: its second wave is 70% full).
+      {1, 1792, 64, 3, false, 1, 4, 8, 448, 264, false, "28672x4096 m1"},
+      // 4096x4096 (256 tiles): 64 and 128 blocks are too few, 1 tile per warp, 256 blocks on 396 slots.
+      {1, 256, 64, 3, false, 1, 1, 8, 256, 396, false, "4096x4096 m1"},
+      // Rule 7 (the default): 10240x8192 at M = 1 keeps 2 tiles per warp on the light kernel (3 blocks per SM),
+      // 320 blocks in one wave of 396 slots, except in the vLLM flavour (1 tile, as rule 3); at M = 16 its grid
+      // of 2 tiles (320 blocks on 264 slots) becomes 1 tile per warp on the light 16-token kernel, 640 blocks.
+      {1, 640, 128, 7, false, 1, 2, 8, 320, 396, true, "10240x8192 m1 rule 7"},
+      {1, 640, 128, 7, true, 1, 1, 8, 640, 396, false, "10240x8192 m1 rule 7 vllm"},
+      {16, 640, 128, 7, false, 2, 1, 8, 640, 396, true, "10240x8192 m16 rule 7"},
+      // 28672x4096: 448 blocks on 264 slots (1.7 waves) at the largest K split; half of it, 224 blocks, fills
+      // 85% of one wave.
+      {1, 1792, 64, 7, false, 1, 4, 4, 224, 264, false, "28672x4096 m1 rule 7"},
+      {16, 1792, 64, 7, false, 2, 4, 4, 224, 264, false, "28672x4096 m16 rule 7"},
+      // ... and leaves the other grids as rule 3 has them: 57344x8192 needs 3.4 waves.
+      {1, 3584, 128, 7, false, 1, 4, 8, 896, 264, false, "57344x8192 m1 rule 7"},
+      {16, 512, 448, 7, false, 2, 2, 8, 256, 264, false, "8192x28672 m16 rule 7"},
+      {1, 256, 64, 7, false, 1, 1, 8, 256, 396, false, "4096x4096 m1 rule 7"},
+      // Rule 8: the light kernels everywhere at M <= 16.
+      {1, 256, 64, 8, false, 1, 2, 8, 128, 396, true, "4096x4096 m1 rule 8"},
+      {16, 256, 64, 8, false, 2, 1, 8, 256, 396, true, "4096x4096 m16 rule 8"},
+      // M = 32, 4096x4096: 32-token tiles (2 tiles per warp at most), 128 blocks < 264 slots: 1 tile, then the K
+      // split grows while the grid is under one wave: 8 warps, 256 blocks.
+      {32, 256, 64, 3, false, 4, 1, 8, 256, 264, false, "4096x4096 m32"},
+  };
+  for (const Case& c : cases) {
+    const DecodeGrid g = decode_grid(c.m, c.n16, c.kc, 132, c.rule, c.vllm);
+    EXPECT_EQ(g.nt, c.nt) << c.what;
+    EXPECT_EQ(g.nw, c.nw) << c.what;
+    EXPECT_EQ(g.wk, c.wk) << c.what;
+    EXPECT_EQ(g.blocks, c.blocks) << c.what;
+    EXPECT_EQ(g.slots, c.slots) << c.what;
+    EXPECT_EQ(g.light, c.light) << c.what;
+  }
 }
 
 }  // namespace
