@@ -262,17 +262,18 @@ class CudaLinearImpl final : public CudaLinear {
     if (p.m > 32 && rule >= 3 && wgmma_) return wgmma(p, mode, rule, stream);
     const DecodeGrid g = decode_grid(p.m, n16_, kc_, sms_, rule, mode == detail::Mode::Vllm);
     p.wk = g.wk;
-    // Programmatic launch only for grids of >= 90% of a wave, or behind the quantizer: the blocks scheduled
+    // Programmatic launch only for grids of >= 80% of a wave, or behind the quantizer: the blocks scheduled
     // early take the slots that free up first, so a shorter grid behind a full one ends up unevenly spread
-    // over the SMs (4096x4096 at M = 1 behind another layer: 6.2 -> 6.8 µs; docs/PERF.md, change 19). A grid of
-    // 90-100% of 2 blocks per SM on a kernel that fits 3 asks for unused shared memory that leaves room for only
-    // 2 per SM, which spreads it evenly with the early launch kept (docs/PERF.md, change 35).
+    // over the SMs (256 blocks on 396 slots, 4096x4096 at M = 1 behind another layer: 6.2 -> 6.8 µs; change 19),
+    // while grids of 81-85% gained from it (10240x8192 at M = 1, 28672x4096 at M = 1 and 16: 0.4-0.6 µs; change
+    // 38; docs/PERF.md). A grid of 90-100% of 2 blocks per SM on a kernel that fits 3 asks for unused shared
+    // memory that leaves room for only 2 per SM, which spreads it evenly with the early launch kept (change 35).
     int64_t slots = g.slots;
     if (smem_per_sm_ > 0 && g.slots == 3ll * sms_ && g.blocks <= 2ll * sms_ && 10 * g.blocks >= 9 * 2ll * sms_) {
       p.dyn_smem = (smem_per_sm_ / 3 + 1023) / 1024 * 1024;  // 3 blocks need more than the SM has
       slots = 2ll * sms_;
     }
-    if (!after_quantizer && 10 * g.blocks < 9 * slots) p.programmatic = false;
+    if (!after_quantizer && 5 * g.blocks < 4 * slots) p.programmatic = false;
     detail::launch_fused_gemm(p, act_, mode, g.nt, g.nw, g.light, stream);
   }
 
