@@ -259,7 +259,7 @@ TEST(CudaLinear, DecodeGridCappedAtTwoBlocksPerSm) {
 }
 
 // M > 16 on the fused path (forced): M <= 32 runs the decode kernel's 32-token tiles; above, on sm_90, the
-// wgmma kernel (rule 3, the default: 64-token tiles up to M = 64, 128 above, 4 consumer warpgroups at M =
+// wgmma kernel (rule 3, as the default above M = 32: 64-token tiles up to M = 64, 128 above, 4 consumer warpgroups at M =
 // 65-128; rules 4 and 5: 4 or 2 consumer warpgroups forced) and the decode kernel's 32-token tiles that other GPUs run (rule 2). Full and
 // partial 64-token blocks, row blocks past the weight (40 rows: one stored tile group of four), K not a
 // multiple of 64 (208: the permuted activations are zero-padded), fewer chunks than ring stages (64, 192),
