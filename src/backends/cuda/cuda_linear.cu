@@ -441,13 +441,18 @@ DecodeGrid decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, int rule, bo
   int wk = 1;
   while (wk < max_wk && mblocks * ceil_div(groups, 8 / wk) < slots(nw)) wk *= 2;
   if (rule >= 2 && nt <= 2) wk = max_wk;
-  // Rule 7 on, M <= 16, 2 or 4 tiles per warp: a grid of the 2-blocks-per-SM kernel that needs 1-2 waves at that
-  // split runs half of it, one wave of blocks twice as long, where that still fills >= 80% of the wave
+  // Rule 7 on, M <= 16: a grid that needs 1-2 waves at that split runs half of it, one wave of blocks twice as
+  // long, where that still fills >= 80% of the wave: 2 or 4 tiles per warp on the 2-blocks-per-SM kernel
   // (28672x4096: 448 blocks on 264 slots -> 224, M = 1 22.9 -> 21.5 µs, M = 16 28.9 -> 26.8; 57344x8192, 896
-  // blocks, was not faster with its one-wave split, 224 blocks of 4x the length; docs/PERF.md, change 36).
+  // blocks, was not faster with its one-wave split, 224 blocks of 4x the length; change 36), and 16 tokens with
+  // one tile on the light kernel in the exact-weight modes (10240x8192: 640 blocks on 396 slots -> 320, M = 16
+  // 24.3 -> 23.0, M = 9 23.2 -> 22.2; the vLLM flavour 32.2 -> 37.1 keeps its split; change 39; docs/PERF.md).
   const int64_t half_split_blocks = mblocks * ceil_div(groups, 16 / wk);
-  if (rule >= 7 && nt <= 2 && nw > 1 && wk > 1 && slots(nw) == 2ll * sms && half_split_blocks <= slots(nw) &&
-      mblocks * ceil_div(groups, 8 / wk) > slots(nw) && 5 * half_split_blocks >= 4 * slots(nw))
+  const int64_t wave = nt == 2 && nw == 1 ? detail::fused_blocks_per_sm(nt, nw, true) * static_cast<int64_t>(sms)
+                                          : slots(nw);
+  const bool halve_kind = (nw > 1 && slots(nw) == 2ll * sms) || (nt == 2 && nw == 1 && !vllm);
+  if (rule >= 7 && nt <= 2 && halve_kind && wk > 1 && mblocks * ceil_div(groups, 8 / wk) > wave &&
+      half_split_blocks <= wave && 5 * half_split_blocks >= 4 * wave)
     wk /= 2;
   g.nw = nw;
   g.wk = wk;

@@ -27,8 +27,9 @@ void set_weight_tile_rows(CudaLinear& l, int rows);
 // the decode kernel with 32-token tiles there); 4, 5: as 3 with 4 or 2 consumer warpgroups in the wgmma kernel;
 // 6: as 3 with half the weight tiles per warp at M <= 16; 7 (the default): as 3, and grids of 2 tiles per warp
 // that end in a short second wave run the light two-tile kernel at M <= 8 (exact-weight modes) and 1 tile per
-// warp at M = 9-16, and grids of 1-2 waves of a 2-blocks-per-SM kernel split K half as much where that fills
-// one wave; 8: as 7 with the light kernels wherever they exist at M <= 16 (docs/PERF.md).
+// warp at M = 9-16, and grids of 1-2 waves (of the 2-block kernel with 2 or 4 tiles per warp, or of the light
+// 16-token kernel in the exact-weight modes) split K half as much where that fills one wave; 8: as 7 with the
+// light kernels wherever they exist at M <= 16 (docs/PERF.md).
 void set_fused_grid_rule(CudaLinear& l, int rule);
 // The decode kernel's grid for M <= 32 (or any M under rules 0-2 and off Hopper) under a grid rule >= 0 (host
 // rule, no device needed; vllm: the layer runs the vLLM flavour): token tiles of 8·nt, nw weight tiles per

@@ -127,10 +127,14 @@ TEST(CudaDecodeGrid, TilesPerWarpAndSplitByRule) {
       {1, 256, 64, 3, false, 1, 1, 8, 256, 396, false, "4096x4096 m1"},
       // Rule 7 (the default): 10240x8192 at M = 1 keeps 2 tiles per warp on the light kernel (3 blocks per SM),
       // 320 blocks in one wave of 396 slots, except in the vLLM flavour (1 tile, as rule 3); at M = 16 its grid
-      // of 2 tiles (320 blocks on 264 slots) becomes 1 tile per warp on the light 16-token kernel, 640 blocks.
+      // of 2 tiles (320 blocks on 264 slots) becomes 1 tile per warp on the light 16-token kernel, 640 blocks
+      // (1.6 waves of 396), and half the K split, 320 blocks; the vLLM flavour keeps the split.
       {1, 640, 128, 7, false, 1, 2, 8, 320, 396, true, "10240x8192 m1 rule 7"},
       {1, 640, 128, 7, true, 1, 1, 8, 640, 396, false, "10240x8192 m1 rule 7 vllm"},
-      {16, 640, 128, 7, false, 2, 1, 8, 640, 396, true, "10240x8192 m16 rule 7"},
+      {16, 640, 128, 7, false, 2, 1, 4, 320, 396, true, "10240x8192 m16 rule 7"},
+      {16, 640, 128, 7, true, 2, 1, 8, 640, 396, true, "10240x8192 m16 rule 7 vllm"},
+      // 6144x4096 at M = 16: 384 light blocks, within one wave: unchanged.
+      {16, 384, 64, 7, false, 2, 1, 8, 384, 396, true, "6144x4096 m16 rule 7"},
       // 28672x4096: 448 blocks on 264 slots (1.7 waves) at the largest K split; half of it, 224 blocks, fills
       // 85% of one wave.
       {1, 1792, 64, 7, false, 1, 4, 4, 224, 264, false, "28672x4096 m1 rule 7"},
