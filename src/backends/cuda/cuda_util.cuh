@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -90,6 +91,18 @@ __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
+}
+
+// Raises kKernel's dynamic shared-memory limit on the current device to `bytes` (launches above 48 KB need it)
+// the first time a launch there asks for that much; later launches only read a per-device flag.
+template <auto kKernel>
+void raise_dynamic_smem_limit(int bytes) {
+  static std::atomic<int> raised[64];  // per device: the limit set so far; zero-initialized (static storage)
+  int dev = 0;
+  NVFP4_CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev < 64 && raised[dev].load(std::memory_order_acquire) >= bytes) return;
+  NVFP4_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  if (dev < 64) raised[dev].store(bytes, std::memory_order_release);
 }
 
 // kernel<<<grid, block, smem, stream>>>(args...), launched with the programmatic-serialization attribute when

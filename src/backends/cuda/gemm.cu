@@ -280,9 +280,8 @@ void launch_kernel(const GemmParams& p, cudaStream_t stream) {
   const int groups_per_block = 8 / p.wk;
   dim3 grid(static_cast<unsigned>(ceil_div(p.m, 8 * kNT)),
             static_cast<unsigned>(ceil_div(ceil_div(p.n16, kNW), groups_per_block)));
-  auto* kernel = fused_gemm_kernel<T, kMode, kNT, kNW, kLight>;
-  if (p.dyn_smem > 0)
-    NVFP4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, p.dyn_smem));
+  constexpr auto kernel = fused_gemm_kernel<T, kMode, kNT, kNW, kLight>;
+  if (p.dyn_smem > 0) raise_dynamic_smem_limit<kernel>(p.dyn_smem);
   launch_maybe_programmatic(p.programmatic, kernel, grid, dim3(256), static_cast<size_t>(p.dyn_smem), stream, p);
 }
 

@@ -24,7 +24,6 @@
 // blocks of a last, partial round shortens that round without the partial sums of every block.
 #include <algorithm>
 #include <cstdint>
-#include <atomic>
 #include <mutex>
 #include <string>
 
@@ -315,15 +314,7 @@ __global__ void wgmma_probe_kernel(int* out) {
 template <typename T, int kMode, int kT, int kCW>
 void launch_typed(const GemmParams& p, cudaStream_t stream) {
   constexpr auto kernel = wgmma_gemm_kernel<T, kMode, kT, kCW>;
-  // The first launch on a device raises this kernel's dynamic shared-memory limit there (launches above 48 KB
-  // need it); later launches only read a flag.
-  static std::atomic<bool> ready[64];  // per device; zero-initialized (static storage)
-  int dev = 0;
-  NVFP4_CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev >= 64 || !ready[dev].load(std::memory_order_acquire)) {
-    NVFP4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes(kT)));
-    if (dev < 64) ready[dev].store(true, std::memory_order_release);
-  }
+  raise_dynamic_smem_limit<kernel>(smem_bytes(kT));
   const int64_t groups = stored_tiles(p.n16) / kTileGroup;
   const int64_t rbs = ceil_div(groups, kRB);
   const int64_t y = p.splits > 1 ? p.split_rb0 + (rbs - p.split_rb0) * p.splits : rbs;
