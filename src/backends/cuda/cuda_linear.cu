@@ -454,6 +454,9 @@ DecodeGrid decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, int rule, bo
   if (rule >= 7 && nt <= 2 && halve_kind && wk > 1 && mblocks * ceil_div(groups, 8 / wk) > wave &&
       half_split_blocks <= wave && 5 * half_split_blocks >= 4 * wave)
     wk /= 2;
+  // Every warp gets chunks: a K split whose ranges of ceil(kc / wk) chunks are used up before the last warp
+  // (17 chunks over 8 warps of 3) takes half as many warps (the kernel has no empty K ranges).
+  while (wk > 1 && (wk - 1) * ceil_div(kc, wk) >= kc) wk /= 2;
   g.nw = nw;
   g.wk = wk;
   g.blocks = mblocks * ceil_div(groups, 8 / wk);

@@ -213,11 +213,12 @@ TEST(CudaLinear, FlavoursAreNotInterchangedOnEitherPath) {
 }
 
 // Every grid rule of the fused kernel on layers whose shapes give 1, 2 and 4 weight tiles per warp, K splits,
-// a partial last tile, few chunks per warp (16400x192: 3) and one or two token tiles (the rules differ only
-// at M <= 16); rule 8 runs the light (3 blocks per SM) kernels on every shape.
+// a partial last tile, few chunks per warp (16400x192: 3), a chunk count that 8 warps cannot share (512x1040:
+// 17 chunks, the last reaching past K; 8 warps of 3 would leave two without any) and one or two token tiles
+// (the rules differ only at M <= 16); rule 8 runs the light (3 blocks per SM) kernels on every shape.
 TEST(CudaLinear, FusedGridRulesWithinDerivedBound) {
   NVFP4_REQUIRE_GPU();
-  const int64_t shapes[][2] = {{1100, 4096}, {40, 512}, {4100, 1024}, {16, 64}, {16400, 192}};
+  const int64_t shapes[][2] = {{1100, 4096}, {40, 512}, {4100, 1024}, {16, 64}, {16400, 192}, {512, 1040}};
   uint32_t seed = 900;
   for (const auto& sh : shapes)
     for (Semantics s : kAllSemantics) {

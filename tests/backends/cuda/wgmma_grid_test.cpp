@@ -146,6 +146,8 @@ TEST(CudaDecodeGrid, TilesPerWarpAndSplitByRule) {
       // Rule 8: the light kernels everywhere at M <= 16.
       {1, 256, 64, 8, false, 1, 2, 8, 128, 396, true, "4096x4096 m1 rule 8"},
       {16, 256, 64, 8, false, 2, 1, 8, 256, 396, true, "4096x4096 m16 rule 8"},
+      // 512x1040 (32 tiles, 17 chunks): 8 warps of 3 chunks would leave the last two without any; 4 warps of 5.
+      {1, 32, 17, 7, false, 1, 1, 4, 16, 396, false, "512x1040 m1 rule 7"},
       // M = 32, 4096x4096: 32-token tiles (2 tiles per warp at most), 128 blocks < 264 slots: 1 tile, then the K
       // split grows while the grid is under one wave: 8 warps, 256 blocks.
       {32, 256, 64, 3, false, 4, 1, 8, 256, 264, false, "4096x4096 m32"},
