@@ -89,44 +89,68 @@ __global__ void __launch_bounds__(256) quantize_linear_kernel(const T* __restric
   }
 }
 
-// Swizzled scales: one thread per (padded row, pair of padded group columns); cols_p is a multiple of 4.
-// Padding positions get scale 0.
+// Swizzled scales: a block covers one 128-row block of the swizzled layout (grid y) and 8 group columns (grid x),
+// i.e. two of its 512-byte scale blocks, which lie next to each other (one where the padded columns end after
+// 4). Thread t quantizes groups 2h, 2h+1, 4+2h and 5+2h (h = t & 1) of those columns in row t / 2 of the 128,
+// so that each of its two 16-byte code stores and the other thread's of the row fill a 32-byte sector; its
+// scale-byte pairs go to their place in the two blocks in shared memory, which the block then writes as 256
+// consecutive words. (The earlier kernel, one thread per two groups along the rows, wrote 4 scale bytes to a
+// 32-byte sector: 2.11 TB/s on 8192x8192, this one 2.32; two groups per thread here, 512 threads per block:
+// 2.03; docs/PERF.md.) Padding positions get scale 0. wide: codes 16-byte aligned with rows of a multiple of
+// 16 bytes (k % 32 == 0) and scales 4-byte aligned.
 template <typename T>
 __global__ void __launch_bounds__(256) quantize_swizzled_kernel(const T* __restrict__ x, int64_t m, int64_t k,
                                                                 float gs, float inv_gs, uint8_t* __restrict__ codes,
-                                                                uint8_t* __restrict__ scales, int64_t rows_p,
-                                                                int64_t cols_p) {
+                                                                uint8_t* __restrict__ scales, int64_t cols_p,
+                                                                bool wide) {
+  __shared__ uint32_t words[256];  // the two scale blocks, 128 words each
+  const int t = static_cast<int>(threadIdx.x), h = t & 1, rl = t >> 1;
+  const int64_t r = static_cast<int64_t>(blockIdx.y) * 128 + rl;
+  const int64_t cb = static_cast<int64_t>(blockIdx.x) * 8;
   const int64_t groups = k / 16;
-  const int64_t half = cols_p / 2;
-  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= rows_p * half) return;
-  int64_t r, c0;
-  if (rows_p * half < (1ll << 32)) {  // 32-bit division where it fits
-    const uint32_t i32 = static_cast<uint32_t>(idx), h32 = static_cast<uint32_t>(half);
-    r = i32 / h32;
-    c0 = 2 * (i32 - static_cast<uint32_t>(r) * h32);
-  } else {
-    r = idx / half;
-    c0 = 2 * (idx % half);
+  // group i of the thread: column cb + 4·(i / 2) + 2h + i % 2
+  bool in[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) in[i] = r < m && cb + 4 * (i / 2) + 2 * h + i % 2 < groups;
+  uint4 raw[4][2];
+  const T* row = x + r * k;
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    if (in[i]) {
+      const uint4* src = reinterpret_cast<const uint4*>(row + (cb + 4 * (i / 2) + 2 * h + i % 2) * 16);
+      raw[i][0] = src[0];
+      raw[i][1] = src[1];
+    }
+  uint32_t w[4][2], s8[4] = {0, 0, 0, 0};
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    if (in[i]) s8[i] = quantize_group<T>(raw[i], gs, inv_gs, w[i]);
+  uint8_t* dst = codes + r * (k / 2) + cb * 8 + 16 * h;  // groups 2h, 2h+1; 32 bytes on: 4+2h, 5+2h
+#pragma unroll
+  for (int p = 0; p < 2; ++p) {
+    if (wide && in[2 * p + 1]) {
+      *reinterpret_cast<uint4*>(dst + 32 * p) =
+          make_uint4(w[2 * p][0], w[2 * p][1], w[2 * p + 1][0], w[2 * p + 1][1]);
+    } else {
+#pragma unroll
+      for (int i = 2 * p; i < 2 * p + 2; ++i)
+        if (in[i]) *reinterpret_cast<uint2*>(dst + 32 * p + 8 * (i % 2)) = make_uint2(w[i][0], w[i][1]);
+    }
   }
-  uint4 raw[2][2];
-  const bool in[2] = {r < m && c0 < groups, r < m && c0 + 1 < groups};
-  const uint4* src = reinterpret_cast<const uint4*>(x + r * k + c0 * 16);
+  // row rl of block p: bytes (rl % 32)·16 + (rl / 32)·4 + 2h + {0, 1}
 #pragma unroll
-  for (int gi = 0; gi < 2; ++gi)
-    if (in[gi]) {
-      raw[gi][0] = src[2 * gi];
-      raw[gi][1] = src[2 * gi + 1];
-    }
+  for (int p = 0; p < 2; ++p)
+    reinterpret_cast<uint16_t*>(words)[p * 256 + (rl % 32) * 8 + (rl / 32) * 2 + h] =
+        static_cast<uint16_t>(s8[2 * p] | (s8[2 * p + 1] << 8));
+  __syncthreads();
+  const int blocks = cols_p - cb >= 8 ? 2 : 1;
+  if (t >= blocks * 128) return;
+  uint8_t* out = scales + (static_cast<int64_t>(blockIdx.y) * (cols_p / 4) + 2 * static_cast<int64_t>(blockIdx.x)) * 512;
+  if (wide) {
+    reinterpret_cast<uint32_t*>(out)[t] = words[t];
+  } else {
 #pragma unroll
-  for (int gi = 0; gi < 2; ++gi) {
-    uint32_t s8 = 0;
-    if (in[gi]) {
-      uint32_t w[2];
-      s8 = quantize_group<T>(raw[gi], gs, inv_gs, w);
-      *reinterpret_cast<uint2*>(codes + r * (k / 2) + (c0 + gi) * 8) = make_uint2(w[0], w[1]);
-    }
-    scales[swizzled_offset(r, c0 + gi, cols_p)] = static_cast<uint8_t>(s8);
+    for (int i = 0; i < 4; ++i) out[4 * t + i] = static_cast<uint8_t>(words[t] >> (8 * i));
   }
 }
 
@@ -202,8 +226,13 @@ void launch_t(const void* x, int64_t m, int64_t k, float gs, uint8_t* codes, uin
   const T* xt = static_cast<const T*>(x);
   if (layout == ScaleLayout::Swizzled128x4) {
     const int64_t rows_p = swizzled_rows(m), cols_p = swizzled_cols(groups);
-    const unsigned blocks = static_cast<unsigned>(ceil_div(rows_p * (cols_p / 2), threads));
-    quantize_swizzled_kernel<T><<<blocks, threads, 0, stream>>>(xt, m, k, gs, inv_gs, codes, scales, rows_p, cols_p);
+    NVFP4_CHECK(rows_p / 128 <= 65535, "cuda quantize_activations: " + std::to_string(m) +
+                                           " rows, more than the swizzled quantizer's 8388480 in one call");
+    const bool wide = reinterpret_cast<uintptr_t>(codes) % 16 == 0 && k % 32 == 0 &&
+                      reinterpret_cast<uintptr_t>(scales) % 4 == 0;
+    // blocks along a row block first: consecutive blocks read consecutive 256-byte pieces of the same rows
+    const dim3 grid(static_cast<unsigned>(ceil_div(cols_p, 8)), static_cast<unsigned>(rows_p / 128));
+    quantize_swizzled_kernel<T><<<grid, threads, 0, stream>>>(xt, m, k, gs, inv_gs, codes, scales, cols_p, wide);
   } else {
     constexpr int kG = 2;
     const int64_t total = m * groups;

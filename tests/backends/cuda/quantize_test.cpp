@@ -26,31 +26,38 @@ CpuQuant cpu_quantize(DType t, const std::vector<uint16_t>& x, int64_t m, int64_
   return q;
 }
 
-void check_layouts(DType t, const std::vector<uint16_t>& x, int64_t m, int64_t k, float gs) {
+// codes_at, scales_at: byte offsets of the outputs in their buffers (8 and odd offsets take the quantizer's
+// narrow stores); the bytes before them must stay untouched.
+void check_layouts(DType t, const std::vector<uint16_t>& x, int64_t m, int64_t k, float gs, size_t codes_at = 0,
+                   size_t scales_at = 0) {
   const CpuQuant ref = cpu_quantize(t, x, m, k, gs);
   DeviceBytes dx(x.size() * 2);
   dx.upload(x.data(), x.size() * 2);
   for (ScaleLayout layout : {ScaleLayout::Linear, ScaleLayout::Swizzled128x4}) {
     const bool sw = layout == ScaleLayout::Swizzled128x4;
     const size_t sbytes = sw ? static_cast<size_t>(swizzled_bytes(m, k / 16)) : ref.scales.size();
-    DeviceBytes dc(ref.codes.size()), ds(sbytes);
+    DeviceBytes dc(codes_at + ref.codes.size()), ds(scales_at + sbytes);
     dc.fill(0xEE);
     ds.fill(0xEE);
-    quantize_activations(dx.p, t, m, k, gs, dc.as<uint8_t>(), ds.as<uint8_t>(), layout, nullptr);
+    quantize_activations(dx.p, t, m, k, gs, dc.as<uint8_t>() + codes_at, ds.as<uint8_t>() + scales_at, layout,
+                         nullptr);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    std::vector<uint8_t> codes(ref.codes.size()), scales(sbytes);
+    std::vector<uint8_t> codes(dc.n), scales(ds.n);
     dc.download(codes.data(), codes.size());
     ds.download(scales.data(), scales.size());
     size_t bad = 0;
-    for (size_t i = 0; i < codes.size(); ++i) bad += codes[i] != ref.codes[i];
-    EXPECT_EQ(bad, 0u) << "codes differ, " << dtype_name(t) << " m=" << m << " k=" << k << " gs=" << gs;
+    for (size_t i = 0; i < codes_at; ++i) bad += codes[i] != 0xEE;
+    for (size_t i = 0; i < ref.codes.size(); ++i) bad += codes[codes_at + i] != ref.codes[i];
+    EXPECT_EQ(bad, 0u) << "codes differ, " << dtype_name(t) << " m=" << m << " k=" << k << " gs=" << gs
+                       << " at offset " << codes_at;
     std::vector<uint8_t> want(sbytes);
     if (sw) swizzle_scales(ref.scales.data(), m, k / 16, want.data());
     else want = ref.scales;
     bad = 0;
-    for (size_t i = 0; i < sbytes; ++i) bad += scales[i] != want[i];
+    for (size_t i = 0; i < scales_at; ++i) bad += scales[i] != 0xEE;
+    for (size_t i = 0; i < sbytes; ++i) bad += scales[scales_at + i] != want[i];
     EXPECT_EQ(bad, 0u) << (sw ? "swizzled" : "linear") << " scales differ, " << dtype_name(t) << " m=" << m
-                       << " k=" << k;
+                       << " k=" << k << " at offset " << scales_at;
   }
 }
 
@@ -70,10 +77,26 @@ void for_random_cases(const int64_t (&shapes)[N][2], uint32_t seed, F check) {
   }
 }
 
+// Shapes with 1 to 256 group columns (the swizzled quantizer's blocks of 8 columns: a last one of 4 padded
+// columns with 7x48, 1000x64 and 129x1216, full ones too), rows short of 128 and past it, rows of 24 and 104
+// code bytes (not a multiple of 16).
 TEST(CudaQuantize, BitExactWithCpuOnRandomData) {
   NVFP4_REQUIRE_GPU();
-  const int64_t shapes[][2] = {{1, 16}, {7, 48}, {33, 208}, {128, 4096}, {300, 1024}, {1000, 64}};
-  for_random_cases(shapes, 1, check_layouts);
+  const int64_t shapes[][2] = {{1, 16}, {7, 48}, {33, 208}, {128, 4096}, {300, 1024}, {1000, 64}, {129, 1216}};
+  for_random_cases(shapes, 1, [](DType t, const std::vector<uint16_t>& x, int64_t m, int64_t k, float gs) {
+    check_layouts(t, x, m, k, gs);
+  });
+}
+
+// Outputs at addresses that are not 16-byte (codes) or 4-byte (scales) aligned.
+TEST(CudaQuantize, BitExactAtUnalignedOutputs) {
+  NVFP4_REQUIRE_GPU();
+  const int64_t shapes[][2] = {{33, 208}, {300, 1024}};
+  for (const auto& s : shapes) {
+    const auto x = random_activations(DType::BF16, s[0], s[1], 1.0f, 77);
+    check_layouts(DType::BF16, x, s[0], s[1], 448.0f, 8, 1);
+    check_layouts(DType::BF16, x, s[0], s[1], 448.0f, 0, 2);
+  }
 }
 
 // All 65536 bf16 bit patterns except NaN, 16 to a group, partly shuffled, zero-padded to 65536 values: E2M1
