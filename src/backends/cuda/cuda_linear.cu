@@ -260,7 +260,7 @@ class CudaLinearImpl final : public CudaLinear {
   void fused(detail::GemmParams& p, detail::Mode mode, bool after_quantizer, cudaStream_t stream) const {
     const int rule = grid_rule_ < 0 ? kDefaultGridRule : grid_rule_;
     if (p.m > 32 && rule >= 3 && wgmma_) return wgmma(p, mode, rule, stream);
-    const DecodeGrid g = decode_grid(p.m, n16_, kc_, sms_, rule, mode == detail::Mode::Vllm);
+    const DecodeGrid g = decode_grid(p.m, n16_, kc_, sms_, rule, mode == detail::Mode::Vllm, k_ % 64 != 0);
     p.wk = g.wk;
     // Programmatic launch only for grids of >= 80% of a wave, or behind the quantizer: the blocks scheduled
     // early take the slots that free up first, so a shorter grid behind a full one ends up unevenly spread
@@ -394,7 +394,7 @@ int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k, bool wgmma) {
   return n < 6144 ? 32 : 64;
 }
 
-DecodeGrid decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, int rule, bool vllm) {
+DecodeGrid decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, int rule, bool vllm, bool partial_chunk) {
   DecodeGrid g;
   g.nt = m <= 8 ? 1 : m <= 16 ? 2 : 4;
   const int nt = g.nt;
@@ -454,9 +454,10 @@ DecodeGrid decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, int rule, bo
   if (rule >= 7 && nt <= 2 && halve_kind && wk > 1 && mblocks * ceil_div(groups, 8 / wk) > wave &&
       half_split_blocks <= wave && 5 * half_split_blocks >= 4 * wave)
     wk /= 2;
-  // Every warp gets chunks: a K split whose ranges of ceil(kc / wk) chunks are used up before the last warp
-  // (17 chunks over 8 warps of 3) takes half as many warps (the kernel has no empty K ranges).
-  while (wk > 1 && (wk - 1) * ceil_div(kc, wk) >= kc) wk /= 2;
+  // K not a multiple of 64: every warp gets chunks. A K split whose ranges of ceil(kc / wk) chunks are used up
+  // before the last warp (17 chunks over 8 warps of 3) takes half as many warps: a warp without chunks would
+  // add the chunk past K again. (With whole chunks such a warp adds nothing: 9 chunks over 4 warps of 3.)
+  while (partial_chunk && wk > 1 && (wk - 1) * ceil_div(kc, wk) >= kc) wk /= 2;
   g.nw = nw;
   g.wk = wk;
   g.blocks = mblocks * ceil_div(groups, 8 / wk);

@@ -32,7 +32,7 @@ void set_weight_tile_rows(CudaLinear& l, int rows);
 // light kernels wherever they exist at M <= 16 (docs/PERF.md).
 void set_fused_grid_rule(CudaLinear& l, int rule);
 // The decode kernel's grid for M <= 32 (or any M under rules 0-2 and off Hopper) under a grid rule >= 0 (host
-// rule, no device needed; vllm: the layer runs the vLLM flavour): token tiles of 8·nt, nw weight tiles per
+// rule, no device needed; vllm: the layer runs the vLLM flavour; partial_chunk: K % 64 != 0): token tiles of 8·nt, nw weight tiles per
 // warp, K split over wk warps of a block; light: the kernel variant that fits 3 blocks per SM with shorter
 // register stages (16 tokens and one tile per warp, rule 3 on, where the 2-block one would need more than one
 // wave; 8 tokens and two tiles, rule 7 on); blocks launched and block slots of the GPU (blocks per SM the
@@ -42,7 +42,8 @@ struct DecodeGrid {
   bool light = false;
   int64_t blocks = 0, slots = 0;
 };
-DecodeGrid decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, int rule, bool vllm = false);
+DecodeGrid decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, int rule, bool vllm = false,
+                       bool partial_chunk = true);
 
 // Default crossover (largest M on the fused kernel) for a layer of this shape and semantics, on a device
 // that runs the wgmma kernel (M > 32) or not.

@@ -279,9 +279,9 @@ __global__ void __launch_bounds__(256, fused_blocks_per_sm(kNT, kNW, kLight)) fu
 
 template <typename T, int kMode, int kNT, int kNW, bool kLight = false>
 void launch_kernel(const GemmParams& p, cudaStream_t stream) {
-  NVFP4_CHECK((p.wk - 1) * ceil_div(p.kc, p.wk) < p.kc,
-              "fused kernel: a K split of " + std::to_string(p.kc) + " chunks over " + std::to_string(p.wk) +
-                  " warps leaves a warp without chunks");
+  NVFP4_CHECK(p.k % 64 == 0 || (p.wk - 1) * ceil_div(p.kc, p.wk) < p.kc,
+              "fused kernel: a K split of " + std::to_string(p.kc) + " chunks (the last partial) over " +
+                  std::to_string(p.wk) + " warps leaves a warp without chunks");
   const int groups_per_block = 8 / p.wk;
   dim3 grid(static_cast<unsigned>(ceil_div(p.m, 8 * kNT)),
             static_cast<unsigned>(ceil_div(ceil_div(p.n16, kNW), groups_per_block)));

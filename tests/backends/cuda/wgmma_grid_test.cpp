@@ -102,6 +102,7 @@ TEST(CudaDecodeGrid, TilesPerWarpAndSplitByRule) {
     int64_t blocks, slots;
     bool light;
     const char* what;
+    bool partial_chunk = true;  // K % 64 != 0
   };
   const Case cases[] = {
       // 10240x8192 (640 tiles, 128 chunks), M = 1: 4 tiles per warp give 160 blocks (< 90% of 264), 2 give 320
@@ -146,14 +147,16 @@ TEST(CudaDecodeGrid, TilesPerWarpAndSplitByRule) {
       // Rule 8: the light kernels everywhere at M <= 16.
       {1, 256, 64, 8, false, 1, 2, 8, 128, 396, true, "4096x4096 m1 rule 8"},
       {16, 256, 64, 8, false, 2, 1, 8, 256, 396, true, "4096x4096 m16 rule 8"},
-      // 512x1040 (32 tiles, 17 chunks): 8 warps of 3 chunks would leave the last two without any; 4 warps of 5.
+      // 512x1040 (32 tiles, 17 chunks, the last partial): 8 warps of 3 chunks would leave the last two without
+      // any; 4 warps of 5. 512x576 (9 whole chunks) keeps 4 warps of 3, the last one idle.
       {1, 32, 17, 7, false, 1, 1, 4, 16, 396, false, "512x1040 m1 rule 7"},
+      {1, 32, 9, 7, false, 1, 1, 4, 16, 396, false, "512x576 m1 rule 7", false},
       // M = 32, 4096x4096: 32-token tiles (2 tiles per warp at most), 128 blocks < 264 slots: 1 tile, then the K
       // split grows while the grid is under one wave: 8 warps, 256 blocks.
       {32, 256, 64, 3, false, 4, 1, 8, 256, 264, false, "4096x4096 m32"},
   };
   for (const Case& c : cases) {
-    const DecodeGrid g = decode_grid(c.m, c.n16, c.kc, 132, c.rule, c.vllm);
+    const DecodeGrid g = decode_grid(c.m, c.n16, c.kc, 132, c.rule, c.vllm, c.partial_chunk);
     EXPECT_EQ(g.nt, c.nt) << c.what;
     EXPECT_EQ(g.nw, c.nw) << c.what;
     EXPECT_EQ(g.wk, c.wk) << c.what;
