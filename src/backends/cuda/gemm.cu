@@ -111,7 +111,10 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, int tile0, int64
     const int64_t row = min(m0 + 8 * j + g, p.m - 1);
     xq[j] = reinterpret_cast<const uint4*>(static_cast<const T*>(p.x) + row * p.k + c0 * 64 + 16 * t);
   }
-  const int cm = min(c1, p.k / 64);  // chunks [c0, cm) lie inside K
+  // chunks [c0, cm) lie inside K. The light 16-token kernel takes cm no lower than c0, which changes nothing it
+  // computes (c0 < c1 on every grid) but was 2-6% faster at M = 16; the one-tile kernel was 5-7% slower with it
+  // at M = 1 (code placement; docs/PERF.md, change 43).
+  const int cm = kLight && kNT == 2 ? max(c0, min(c1, p.k / 64)) : min(c1, p.k / 64);
 
   struct Stage {
     uint4 wv[kU][kNW];
