@@ -111,10 +111,7 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, int tile0, int64
     const int64_t row = min(m0 + 8 * j + g, p.m - 1);
     xq[j] = reinterpret_cast<const uint4*>(static_cast<const T*>(p.x) + row * p.k + c0 * 64 + 16 * t);
   }
-  // chunks [c0, cm) lie inside K. The light 16-token kernel takes cm no lower than c0, which changes nothing it
-  // computes (c0 < c1 on every grid) but was 2-6% faster at M = 16; the one-tile kernel was 5-7% slower with it
-  // at M = 1 (code placement; docs/PERF.md, change 43).
-  const int cm = kLight && kNT == 2 ? max(c0, min(c1, p.k / 64)) : min(c1, p.k / 64);
+  const int cm = min(c1, p.k / 64);  // chunks [c0, cm) lie inside K
 
   struct Stage {
     uint4 wv[kU][kNW];
@@ -179,9 +176,11 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, int tile0, int64
 
   Stage st[kS];
   // The first weights are requested before waiting for the previous kernel in the stream (programmatic launch:
-  // it may still be writing the activations or reading y; otherwise pdl_wait returns at once).
+  // it may still be writing the activations or reading y; otherwise pdl_wait returns at once). The wait sits
+  // in a branch: straight-line, the compiler scheduled those loads after it in 9 of the 20 bf16 kernels (SASS:
+  // LDG after ACQBULK), streaming nothing while the previous kernel ran.
   load_weights(st[0], c0);
-  pdl_wait();
+  if (p.programmatic) pdl_wait();
   // The next kernel in the stream, if launched programmatically, may now be scheduled and stream its first
   // weights while this grid's last blocks run (it waits for this grid before it touches activations or y).
   // Not before our own wait: then at most one grid waits ahead of the running one.
