@@ -177,7 +177,7 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, int tile0, int64
   Stage st[kS];
   // The first weights are requested before waiting for the previous kernel in the stream (programmatic launch:
   // it may still be writing the activations or reading y; otherwise pdl_wait returns at once). The wait sits
-  // in a branch: straight-line, the compiler scheduled those loads after it in 9 of the 20 bf16 kernels (SASS:
+  // in a branch: straight-line, the compiler scheduled those loads after it in 10 of the 20 bf16 kernels (SASS:
   // LDG after ACQBULK), streaming nothing while the previous kernel ran.
   load_weights(st[0], c0);
   if (p.programmatic) pdl_wait();

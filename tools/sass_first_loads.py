@@ -1,0 +1,54 @@
+#!/usr/bin/env python3
+"""Whether each decode kernel requests its first weights before its grid-dependency wait.
+
+The decode kernel loads its first stage of weights, then waits for the previous kernel (griddepcontrol.wait,
+ACQBULK in SASS), so that a programmatically launched grid streams weights while the previous one finishes.
+The compiler is free to schedule those loads after the wait, and did in 10 of 20 bf16 variants until the wait
+was put in a branch (docs/PERF.md, change 44). This reads cuobjdump's SASS and prints, per fused_gemm_kernel
+variant, how many 16-byte weight loads (LDG.E.NA.128) come before the wait of the path that computes (the last
+ACQBULK before the first HMMA); 0 means the prefetch is gone.
+
+Usage: tools/sass_first_loads.py <binary, library or cubin> [cuobjdump]    (exit 1 if any variant has 0)
+"""
+import re
+import subprocess
+import sys
+
+
+def main():
+    if len(sys.argv) < 2:
+        print(__doc__.strip().splitlines()[-1], file=sys.stderr)
+        return 2
+    tool = sys.argv[2] if len(sys.argv) > 2 else "cuobjdump"
+    sass = subprocess.run([tool, "-sass", sys.argv[1]], capture_output=True, text=True, check=True).stdout
+    kernels, name = {}, None
+    for line in sass.splitlines():
+        m = re.search(r"Function : (\S+)", line)
+        if m:
+            name = m.group(1)
+            kernels[name] = []
+            continue
+        m = re.match(r"\s+/\*[0-9a-f]+\*/\s+([^;]*);", line)
+        if name and m:
+            kernels[name].append(m.group(1))
+    missing = 0
+    for name, ops in sorted(kernels.items()):
+        m = re.search(r"fused_gemm_kernelI(\w+?)Li(\d)ELi(\d)ELi(\d)ELb(\d)E", name)
+        if not m:
+            continue
+        first_mma = next((i for i, o in enumerate(ops) if "HMMA" in o), len(ops))
+        waits = [i for i, o in enumerate(ops[:first_mma]) if o.startswith("ACQBULK")]
+        if not waits:
+            print(f"{name}: no wait before the first MMA")
+            continue
+        wait = waits[-1]
+        loads = sum(1 for o in ops[:wait] if "LDG.E.NA.128" in o)
+        dtype = "bf16" if "bfloat16" in m.group(1) else "f16"
+        print(f"{dtype} mode {m.group(2)} nt {m.group(3)} nw {m.group(4)} light {m.group(5)}: "
+              f"{loads} weight loads before the wait")
+        missing += loads == 0
+    return 1 if missing else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
