@@ -21,30 +21,33 @@ def main():
         return 2
     tool = sys.argv[2] if len(sys.argv) > 2 else "cuobjdump"
     sass = subprocess.run([tool, "-sass", sys.argv[1]], capture_output=True, text=True, check=True).stdout
-    kernels, name = {}, None
+    kernels, name, arch = {}, None, "cubin"
     for line in sass.splitlines():
+        m = re.search(r"arch = (sm_\w+)", line)
+        if m:
+            arch = m.group(1)
+            continue
         m = re.search(r"Function : (\S+)", line)
         if m:
-            name = m.group(1)
+            name = (arch, m.group(1))
             kernels[name] = []
             continue
         m = re.match(r"\s+/\*[0-9a-f]+\*/\s+([^;]*);", line)
         if name and m:
             kernels[name].append(m.group(1))
     missing = 0
-    for name, ops in sorted(kernels.items()):
+    for (arch, name), ops in sorted(kernels.items()):
         m = re.search(r"fused_gemm_kernelI(\w+?)Li(\d)ELi(\d)ELi(\d)ELb(\d)E", name)
         if not m:
             continue
         first_mma = next((i for i, o in enumerate(ops) if "HMMA" in o), len(ops))
         waits = [i for i, o in enumerate(ops[:first_mma]) if o.startswith("ACQBULK")]
-        if not waits:
-            print(f"{name}: no wait before the first MMA")
+        if not waits:  # below sm_90 the wait compiles to nothing
             continue
         wait = waits[-1]
         loads = sum(1 for o in ops[:wait] if "LDG.E.NA.128" in o)
         dtype = "bf16" if "bfloat16" in m.group(1) else "f16"
-        print(f"{dtype} mode {m.group(2)} nt {m.group(3)} nw {m.group(4)} light {m.group(5)}: "
+        print(f"{arch} {dtype} mode {m.group(2)} nt {m.group(3)} nw {m.group(4)} light {m.group(5)}: "
               f"{loads} weight loads before the wait")
         missing += loads == 0
     return 1 if missing else 0
