@@ -137,15 +137,15 @@ __global__ void __launch_bounds__(256) quantize_swizzled_kernel(const T* __restr
         if (in[i]) *reinterpret_cast<uint2*>(dst + 32 * p + 8 * (i % 2)) = make_uint2(w[i][0], w[i][1]);
     }
   }
-  // row rl of block p: bytes (rl % 32)·16 + (rl / 32)·4 + 2h + {0, 1}
+  // row rl of block p: the bytes of columns 2h and 2h+1 within a 512-byte block
+  const int64_t at = swizzled_offset(rl, 2 * h, 4) / 2;
 #pragma unroll
   for (int p = 0; p < 2; ++p)
-    reinterpret_cast<uint16_t*>(words)[p * 256 + (rl % 32) * 8 + (rl / 32) * 2 + h] =
-        static_cast<uint16_t>(s8[2 * p] | (s8[2 * p + 1] << 8));
+    reinterpret_cast<uint16_t*>(words)[p * 256 + at] = static_cast<uint16_t>(s8[2 * p] | (s8[2 * p + 1] << 8));
   __syncthreads();
   const int blocks = cols_p - cb >= 8 ? 2 : 1;
   if (t >= blocks * 128) return;
-  uint8_t* out = scales + (static_cast<int64_t>(blockIdx.y) * (cols_p / 4) + 2 * static_cast<int64_t>(blockIdx.x)) * 512;
+  uint8_t* out = scales + swizzled_offset(static_cast<int64_t>(blockIdx.y) * 128, cb, cols_p);
   if (wide) {
     reinterpret_cast<uint32_t*>(out)[t] = words[t];
   } else {
