@@ -32,11 +32,11 @@ void set_weight_tile_rows(CudaLinear& l, int rows);
 // light kernels wherever they exist at M <= 16 (docs/PERF.md).
 void set_fused_grid_rule(CudaLinear& l, int rule);
 // The decode kernel's grid for M <= 32 (or any M under rules 0-2 and off Hopper) under a grid rule >= 0 (host
-// rule, no device needed; vllm: the layer runs the vLLM flavour; partial_chunk: K % 64 != 0): token tiles of 8·nt, nw weight tiles per
-// warp, K split over wk warps of a block; light: the kernel variant that fits 3 blocks per SM with shorter
-// register stages (16 tokens and one tile per warp, rule 3 on, where the 2-block one would need more than one
-// wave; 8 tokens and two tiles, rule 7 on); blocks launched and block slots of the GPU (blocks per SM the
-// kernel is compiled for x sms).
+// rule, no device needed; vllm: the layer runs the vLLM flavour; partial_chunk: K % 64 != 0): token tiles of
+// 8·nt, nw weight tiles per warp, K split over wk warps of a block; light: the kernel variant that fits 3
+// blocks per SM with shorter register stages (16 tokens and one tile per warp, rule 3 on, where the 2-block
+// one would need more than one wave; 8 tokens and two tiles, rule 7 on); blocks launched and block slots of
+// the GPU (blocks per SM the kernel is compiled for x sms).
 struct DecodeGrid {
   int nt = 1, nw = 1, wk = 1;
   bool light = false;
