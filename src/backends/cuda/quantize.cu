@@ -49,7 +49,12 @@ __device__ __forceinline__ uint32_t quantize_group(const uint4 (&raw)[2], float 
 }
 
 // The dequantized value the W4A4 GEMMs multiply: exact e2m1 · sx, or the vLLM flavour's T(e2m1 · f32(sx / gs))
-// (sc: sx, or sx / gs).
+// (sc: dequant_factor's sx, or f32(sx / gs), of the group's scale byte s8).
+template <bool kVllm>
+__device__ __forceinline__ float dequant_factor(uint32_t s8, float gs) {
+  const float s = e4m3_to_f32(s8);
+  return kVllm ? __fdiv_rn(s, gs) : s;
+}
 template <typename T>
 __device__ __forceinline__ T dequant_value(uint32_t code, float sc) {
   return Act<T>::one(__fmul_rn(e2m1_to_f32(code), sc));
@@ -109,15 +114,19 @@ __global__ void __launch_bounds__(256) quantize_swizzled_kernel(const T* __restr
   const int64_t cb = static_cast<int64_t>(blockIdx.x) * 8;
   const int64_t groups = k / 16;
   // group i of the thread: column cb + 4·(i / 2) + 2h + i % 2
+  int64_t col[4];
   bool in[4];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) in[i] = r < m && cb + 4 * (i / 2) + 2 * h + i % 2 < groups;
+  for (int i = 0; i < 4; ++i) {
+    col[i] = cb + 4 * (i / 2) + 2 * h + i % 2;
+    in[i] = r < m && col[i] < groups;
+  }
   uint4 raw[4][2];
   const T* row = x + r * k;
 #pragma unroll
   for (int i = 0; i < 4; ++i)
     if (in[i]) {
-      const uint4* src = reinterpret_cast<const uint4*>(row + (cb + 4 * (i / 2) + 2 * h + i % 2) * 16);
+      const uint4* src = reinterpret_cast<const uint4*>(row + col[i] * 16);
       raw[i][0] = src[0];
       raw[i][1] = src[1];
     }
@@ -176,9 +185,7 @@ __global__ void __launch_bounds__(256) quantize_dequant_kernel(const T* __restri
   for (int gi = 0; gi < kG; ++gi) {
     if (g0 + gi >= total) break;
     uint32_t w[2];
-    const uint32_t s8 = quantize_group<T>(raw[gi], gs, inv_gs, w);
-    const float s = e4m3_to_f32(s8);
-    const float sc = kVllm ? __fdiv_rn(s, gs) : s;
+    const float sc = dequant_factor<kVllm>(quantize_group<T>(raw[gi], gs, inv_gs, w), gs);
     alignas(16) T vals[16];
 #pragma unroll
     for (int i = 0; i < 16; ++i) vals[i] = dequant_value<T>(w[i / 8] >> (4 * (i % 8)), sc);
@@ -206,8 +213,8 @@ __global__ void __launch_bounds__(256) quantize_dequant_quad_kernel(const T* __r
   vmax = fmaxf(vmax, __shfl_xor_sync(0xFFFFFFFFu, vmax, 1));
   vmax = fmaxf(vmax, __shfl_xor_sync(0xFFFFFFFFu, vmax, 2));
   float os;
-  const float s = e4m3_to_f32(group_scale(vmax, gs, inv_gs, os));
-  const float sc = kVllm ? __fdiv_rn(s, gs) : s;
+  const uint32_t s8 = group_scale(vmax, gs, inv_gs, os);
+  const float sc = dequant_factor<kVllm>(s8, gs);
   alignas(8) T vals[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) vals[i] = dequant_value<T>(e2m1_encode_bits(__fmul_rn(v[i], os)), sc);
