@@ -175,11 +175,12 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, int tile0, int64
   };
 
   Stage st[kS];
-  // The first weights are requested before waiting for the previous kernel in the stream (programmatic launch:
-  // it may still be writing the activations or reading y; otherwise pdl_wait returns at once). The wait sits
-  // in a branch: straight-line, the compiler scheduled those loads after it in 10 of the 20 bf16 kernels (SASS:
-  // LDG after ACQBULK), streaming nothing while the previous kernel ran.
-  load_weights(st[0], c0);
+  // The first kS - 1 stages of weights are requested before waiting for the previous kernel in the stream
+  // (programmatic launch: it may still be writing the activations or reading y; otherwise pdl_wait returns at
+  // once). The wait sits in a branch: straight-line, the compiler scheduled those loads after it in 10 of the
+  // 20 bf16 kernels (SASS: LDG after ACQBULK), streaming nothing while the previous kernel ran.
+#pragma unroll
+  for (int s = 0; s + 1 < kS; ++s) load_weights(st[s], c0 + s * kU);
   if (p.programmatic) pdl_wait();
   // The next kernel in the stream, if launched programmatically, may now be scheduled and stream its first
   // weights while this grid's last blocks run (it waits for this grid before it touches activations or y).
@@ -192,10 +193,7 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, int tile0, int64
     load_act_half(xv[0], 1, c0);
   }
 #pragma unroll
-  for (int s = 1; s + 1 < kS; ++s) {
-    load_weights(st[s], c0 + s * kU);
-    load_stage_acts(st[s], c0 + s * kU);
-  }
+  for (int s = 1; s + 1 < kS; ++s) load_stage_acts(st[s], c0 + s * kU);
   for (int c = c0; c < cm; c += kTrip) {
 #pragma unroll
     for (int i = 0; i < kTrip; i += kU) {
