@@ -301,7 +301,8 @@ class CudaLinearImpl final : public CudaLinear {
   }
 
   // y = T(alpha · x_T · W_Tᵀ) through cuBLAS (f32 compute), weight tiles of chunk_rows_ rows dequantized
-  // to T (exact: e2m1·S; vLLM: T(e2m1·f32(S·D_w))), then the bias.
+  // to T (exact: e2m1·S·2^-c, the GEMM's factor alpha·2^c, a power of two; vLLM: T(e2m1·f32(S·D_w))), then
+  // the bias.
   // Weight tiles of chunk_rows_ rows are dequantized one after the other into one stream-ordered buffer,
   // each followed by its cuBLAS GEMM. (Dequantizing the next tile on a second stream was measured to give
   // nothing: the GEMM occupies every SM.)
@@ -318,6 +319,7 @@ class CudaLinearImpl final : public CudaLinear {
                                                  std::to_string(static_cast<int>(st)) + ")");
     const cudaDataType_t dt = act_ == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
     const float beta = 0.0f;
+    if (!vllm) alpha *= product_unshift(act_);
     for (int64_t n0 = 0; n0 < n_; n0 += chunk_rows_) {
       const int rows = static_cast<int>(std::min<int64_t>(chunk_rows_, n16_ * 16 - n0));
       detail::launch_dequant_weight(p, act_, vllm, static_cast<int>(n0), rows, wbuf, stream);

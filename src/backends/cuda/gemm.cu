@@ -340,43 +340,60 @@ void launch_t(const GemmParams& p, Mode mode, int nt, int nw, bool light, cudaSt
     launch_mode<T, 1>(p, nt, nw, light, stream);
 }
 
-// One thread per (tile, chunk, lane): rows g and g+8, 16 K values each.
-template <typename T>
-__global__ void dequant_weight_kernel(const GemmParams p, bool vllm, int n0, int rows, T* __restrict__ out) {
-  using A = Act<T>;
-  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int tiles = rows / 16;
-  if (idx >= static_cast<int64_t>(tiles) * p.kc * 32) return;
-  const int lane = idx % 32;
-  const int c = (idx / 32) % p.kc;
-  const int nt = n0 / 16 + static_cast<int>(idx / 32 / p.kc);
-  const int g = lane >> 2, t = lane & 3;
-  const int k0 = c * 64 + 16 * t;
-  if (k0 >= p.k) return;
-  const int64_t at = fragment_block(nt, c, p.kc) * 32 + lane;
-  const uint4 wv = p.wq[at];
-  const uint32_t sv = p.ws[at];
-  const uint32_t wq[4] = {wv.x, wv.y, wv.z, wv.w};
+// Fragment blocks (one tile's 16 rows x one chunk's 64 K) dequantized as the decode kernel's MMA operands
+// (dequant_step: exact modes e2m1·S·2^-c, the caller's GEMM factor carrying 2^c; vLLM T(e2m1·f32(S·D_w))),
+// kDeqBlocks per warp: the lane's rows g and g+8 (K 16t .. 16t+15) go through shared memory, and the warp
+// writes each block's 16 rows as whole 128-byte segments (4 rows per store).
+constexpr int kDeqBlocks = 2;
+template <typename T, bool kVllm>
+__global__ void __launch_bounds__(256) dequant_weight_kernel(const GemmParams p, int n0, int rows, T* __restrict__ out) {
+  __shared__ uint4 stage[8][16][9];  // [warp][row][16-byte piece]; 144-byte rows: no bank conflicts either way
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int blocks = rows / 16 * p.kc;  // < 2^31: launch_dequant_weight
+  const int b0 = (static_cast<int>(blockIdx.x) * 8 + warp) * kDeqBlocks;
+  uint4 wv[kDeqBlocks];
+  uint32_t sv[kDeqBlocks][1];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int n = nt * 16 + g + 8 * h;
-    if (n >= p.n) continue;
-    const float s = e4m3_to_f32((sv >> (8 * h)) & 0xFF);
-    const float sc = vllm ? __fmul_rn(s, p.w_dec) : s;
-    alignas(16) T vals[16];
+  for (int u = 0; u < kDeqBlocks; ++u) {
+    if (b0 + u >= blocks) break;
+    const int64_t at = fragment_block(n0 / 16 + (b0 + u) / p.kc, (b0 + u) % p.kc, p.kc) * 32 + lane;
+    wv[u] = ld_stream(p.wq + at);
+    sv[u][0] = p.ws[at];
+  }
 #pragma unroll
-    for (int s4 = 0; s4 < 4; ++s4)
+  for (int u = 0; u < kDeqBlocks; ++u) {
+    if (b0 + u >= blocks) break;
+    uint32_t ws2[1][2];
+    float wsf[1][2];
+    scale_regs<T, kVllm, 1>(sv[u], p.w_dec, ws2, wsf);
+    uint32_t r[2][8];  // rows g, g+8: K 16t .. 16t+15 in pairs
+    const uint32_t q[4] = {wv[u].x, wv[u].y, wv[u].z, wv[u].w};
 #pragma unroll
-      for (int pr = 0; pr < 2; ++pr)
+    for (int st = 0; st < 4; ++st) {
+      uint32_t a[4];
+      dequant_step<T, kVllm>(q[st], ws2[0], wsf[0], a);  // a[p]: p = 0/2 row g, 1/3 row g+8; K 4s+0/1, 4s+2/3
+      r[0][2 * st] = a[0];
+      r[0][2 * st + 1] = a[2];
+      r[1][2 * st] = a[1];
+      r[1][2 * st + 1] = a[3];
+    }
+    __syncwarp();  // the previous block's rows have been read
 #pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const int pp = h + 2 * pr;  // register index: row g+8·h, k 4s+2pr+j
-          const uint32_t code = code_at(A::kBf16, pp, j, wq[s4]);
-          vals[4 * s4 + 2 * pr + j] = A::one(__fmul_rn(e2m1_to_f32(code), sc));
-        }
-    uint4* dst = reinterpret_cast<uint4*>(out + static_cast<int64_t>(n - n0) * p.k + k0);
-    dst[0] = reinterpret_cast<const uint4*>(vals)[0];
-    dst[1] = reinterpret_cast<const uint4*>(vals)[1];
+    for (int h = 0; h < 2; ++h) {
+      stage[warp][g + 8 * h][2 * t] = make_uint4(r[h][0], r[h][1], r[h][2], r[h][3]);
+      stage[warp][g + 8 * h][2 * t + 1] = make_uint4(r[h][4], r[h][5], r[h][6], r[h][7]);
+    }
+    __syncwarp();
+    const int64_t nt = n0 / 16 + (b0 + u) / p.kc;
+    const int c = (b0 + u) % p.kc;
+    const int piece = lane & 7, k = c * 64 + 8 * piece;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int row = 4 * i + (lane >> 3);
+      const int64_t n = nt * 16 + row;
+      if (n < p.n && k < p.k)
+        *reinterpret_cast<uint4*>(out + (n - n0) * p.k + k) = stage[warp][row][piece];
+    }
   }
 }
 
@@ -400,13 +417,23 @@ void launch_fused_gemm(const GemmParams& p, DType act, Mode mode, int nt, int nw
 
 void launch_dequant_weight(const GemmParams& p, DType act, bool vllm, int n0, int rows, void* out,
                            cudaStream_t stream) {
-  const int64_t threads = static_cast<int64_t>(rows / 16) * p.kc * 32;
-  const unsigned blocks = static_cast<unsigned>(ceil_div(threads, 256));
-  if (act == DType::BF16)
-    dequant_weight_kernel<__nv_bfloat16>
-        <<<blocks, 256, 0, stream>>>(p, vllm, n0, rows, static_cast<__nv_bfloat16*>(out));
-  else
-    dequant_weight_kernel<__half><<<blocks, 256, 0, stream>>>(p, vllm, n0, rows, static_cast<__half*>(out));
+  const int64_t frags = static_cast<int64_t>(rows / 16) * p.kc;
+  NVFP4_CHECK(frags < (1ll << 31) - 16 * kDeqBlocks,
+              "dequantize weight: a tile of " + std::to_string(rows) + " rows x K " + std::to_string(p.k) + " is too large");
+  const unsigned blocks = static_cast<unsigned>(ceil_div(ceil_div(frags, kDeqBlocks), 8));
+  if (act == DType::BF16) {
+    auto* o = static_cast<__nv_bfloat16*>(out);
+    if (vllm)
+      dequant_weight_kernel<__nv_bfloat16, true><<<blocks, 256, 0, stream>>>(p, n0, rows, o);
+    else
+      dequant_weight_kernel<__nv_bfloat16, false><<<blocks, 256, 0, stream>>>(p, n0, rows, o);
+  } else {
+    auto* o = static_cast<__half*>(out);
+    if (vllm)
+      dequant_weight_kernel<__half, true><<<blocks, 256, 0, stream>>>(p, n0, rows, o);
+    else
+      dequant_weight_kernel<__half, false><<<blocks, 256, 0, stream>>>(p, n0, rows, o);
+  }
   NVFP4_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -66,8 +66,10 @@ void launch_permute_activations(const void* x, DType act, int64_t m, int k, int 
 void launch_wgmma_gemm(const GemmParams& p, DType act, Mode mode, int tile_tokens, int consumers,
                        cudaStream_t stream);
 
-// Large-M helpers. Dequantize rows [n0, n0+rows) of the prepared weight to T, (rows, K) row-major:
-//   exact modes: e2m1·S;  vLLM: T(e2m1 · f32(S·w_dec)).
+// Large-M helpers. Dequantize rows [n0, n0+rows) of the prepared weight to T, (rows, K) row-major (rows
+// past N not written):
+//   exact modes: e2m1·S·2^-c (c of dequant_bits.h's product_unshift: the decode kernel's exact operands);
+//   vLLM: T(e2m1 · f32(S·w_dec)).
 void launch_dequant_weight(const GemmParams& p, DType act, bool vllm, int n0, int rows, void* out,
                            cudaStream_t stream);
 // y (m, N) T: y = T(y + bias) in place.

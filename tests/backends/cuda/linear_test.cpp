@@ -412,6 +412,8 @@ TEST(CudaLinear, TinyScalesAndGlobalScaleOne) {
       for (int64_t m : {1, 16, 100}) {
         const auto x = random_activations(t, m, 256, 1.0f, seed++);
         check_bound(w, s, t, x, m, label(s, t, m, 48, 256) + "/tiny");
+        // the dequantize + cuBLAS path too (its weight tile holds e2m1·S·2^-c: the smallest products exact)
+        check_bound(w, s, t, x, m, label(s, t, m, 48, 256) + "/tiny/cublas", 0, -1, 0);
       }
       // Negative block scales (sign bit set; the integer scale conversion keeps it), fused and large-M paths.
       const LinearWeights neg = random_layer(48, 256, scale_range(0xA8, 0xC0), 2688.0f / 0.3f, true,
