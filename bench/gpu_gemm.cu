@@ -8,6 +8,8 @@
 //                   [--no-programmatic] (every kernel launched after the previous one has finished)
 //                   [--splits 1,2,4,8] (wgmma kernel's K split forced; one row each where M > 32 runs it)
 //                   [--tile-mb 16,32,64] (large-M path's dequantized tile size; one row each there)
+//                   [--custom 12672x8192,...] (other layer shapes: alone, instead of the listed ones; with
+//                   --shapes, after them; no Marlin column)
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -128,6 +130,8 @@ int main(int argc, char** argv) {
   std::vector<int64_t> xover = {48, 64, 96, 128, 192};
   std::vector<int64_t> rules = {-1};
   std::vector<int64_t> splits_list, tile_mbs;
+  std::vector<Shape> custom;
+  bool shapes_set = false;
   bool quant = true;
   int reps = 50;
   for (int i = 1; i < argc; ++i) {
@@ -137,6 +141,7 @@ int main(int argc, char** argv) {
       xover = {64, 128};
     } else if (!std::strcmp(argv[i], "--shapes") && i + 1 < argc) {
       shape_ids = parse_list(argv[++i]);
+      shapes_set = true;
     } else if (!std::strcmp(argv[i], "--m") && i + 1 < argc) {
       ms = parse_list(argv[++i]);
     } else if (!std::strcmp(argv[i], "--xover") && i + 1 < argc) {
@@ -147,6 +152,18 @@ int main(int argc, char** argv) {
       splits_list = parse_list(argv[++i]);
     } else if (!std::strcmp(argv[i], "--tile-mb") && i + 1 < argc) {
       tile_mbs = parse_list(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--custom") && i + 1 < argc) {
+      for (const char* c = argv[++i]; *c;) {
+        char* end = nullptr;
+        const long long n = std::strtoll(c, &end, 10);
+        const long long k = (*end == 'x') ? std::strtoll(end + 1, &end, 10) : 0;
+        if (n <= 0 || k <= 0 || k % 16 != 0 || (*end && *end != ',')) {
+          std::fprintf(stderr, "bench_gemm: --custom wants NxK[,NxK...] with K a multiple of 16, got '%s'\n", c);
+          return 2;
+        }
+        custom.push_back({n, k, {0, 0, 0, 0, 0}});
+        c = *end ? end + 1 : end;
+      }
     } else if (!std::strcmp(argv[i], "--no-quant")) {
       quant = false;
     } else if (!std::strcmp(argv[i], "--no-programmatic")) {
@@ -155,7 +172,7 @@ int main(int argc, char** argv) {
       reps = std::atoi(argv[++i]);
     } else {
       std::fprintf(stderr, "usage: bench_gemm [--quick] [--shapes 0,1,..] [--m 1,16,..] [--xover 32,..|none] [--grid-rules 0,1,2,3,4,5,6] "
-                           "[--no-quant] [--no-programmatic] [--splits 1,2,..] [--tile-mb 16,32,..] [--reps N]\n");
+                           "[--no-quant] [--no-programmatic] [--splits 1,2,..] [--tile-mb 16,32,..] [--custom NxK,..] [--reps N]\n");
       return 2;
     }
   }
@@ -206,8 +223,17 @@ int main(int argc, char** argv) {
   std::vector<std::string> xover_rows;
   bool all_ok = true;
 
+  std::vector<Shape> shapes;
+  if (!custom.empty() && !shapes_set) shape_ids.clear();  // --custom alone: only those
   for (int64_t si : shape_ids) {
-    const Shape& sh = kShapes[si];
+    if (si < 0 || si >= static_cast<int64_t>(sizeof kShapes / sizeof kShapes[0])) {
+      std::fprintf(stderr, "bench_gemm: no shape %lld (0-6)\n", static_cast<long long>(si));
+      return 2;
+    }
+    shapes.push_back(kShapes[si]);
+  }
+  shapes.insert(shapes.end(), custom.begin(), custom.end());
+  for (const Shape& sh : shapes) {
     const int64_t n = sh.n, k = sh.k;
     LinearWeights w;
     w.name = "bench";
