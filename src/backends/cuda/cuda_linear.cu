@@ -421,14 +421,15 @@ DecodeGrid decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, int rule, bo
   } else {
     while (nw > 1 && mblocks * ceil_div(n16, nw) < slots(nw)) nw /= 2;
   }
-  // A grid of 2 tiles per warp that ends in a second wave less than half full (rule 3 on, M <= 8; rule 7 on,
+  // A grid of 2 tiles per warp that ends in a second wave at most half full (rule 3 on, M <= 8; rule 7 on,
   // M <= 16 too) runs better as 1 tile per warp, on a kernel that fits 3 blocks per SM (10240x8192 at M = 1:
   // 320 blocks on 264 slots 20.4 µs, 640 on 396 slots 18.9; at M = 16 25.5 -> 24.2, the vLLM flavour 39.9 ->
   // 33.7; docs/PERF.md, changes 30 and 33). Rule 7 on, M <= 8, exact-weight modes: the light two-tile kernel
-  // instead, which holds such a grid (< 1.5 x 2 blocks per SM) in one wave (10240x8192: 19.1 -> 17.5 µs; the
-  // vLLM flavour, whose per-weight f32 rounding makes it slower there, 30.5 -> 33.5, keeps 1 tile).
+  // instead, which holds such a grid (<= 1.5 x 2 blocks per SM) in one wave (10240x8192: 19.1 -> 17.5 µs;
+  // 12672x8192, exactly 1.5 waves: 23.5 -> 17.1, change 48; the vLLM flavour, whose per-weight f32 rounding
+  // makes it slower there, 30.5 -> 33.5, keeps 1 tile).
   const bool short_second_wave =
-      nw == 2 && blocks_at_max_wk(2) > slots(2) && 2 * blocks_at_max_wk(2) < 3 * slots(2);
+      nw == 2 && blocks_at_max_wk(2) > slots(2) && 2 * blocks_at_max_wk(2) <= 3 * slots(2);
   if (rule >= 7 && nt == 1 && !vllm && short_second_wave) light2 = true;
   if (rule == 8 && nt == 1) {  // measurements and tests: the light two-tile kernel for every grid
     nw = 2;

@@ -132,6 +132,9 @@ TEST(CudaDecodeGrid, TilesPerWarpAndSplitByRule) {
       // (1.6 waves of 396), and half the K split, 320 blocks; the vLLM flavour keeps the split.
       {1, 640, 128, 7, false, 1, 2, 8, 320, 396, true, "10240x8192 m1 rule 7"},
       {1, 640, 128, 7, true, 1, 1, 8, 640, 396, false, "10240x8192 m1 rule 7 vllm"},
+      // 12672x8192 (792 tiles) at M = 1: 396 two-tile blocks, exactly 1.5 waves of 264: the light kernel holds
+      // them in one wave of 396.
+      {1, 792, 128, 7, false, 1, 2, 8, 396, 396, true, "12672x8192 m1 rule 7"},
       {16, 640, 128, 7, false, 2, 1, 4, 320, 396, true, "10240x8192 m16 rule 7"},
       {16, 640, 128, 7, true, 2, 1, 8, 640, 396, true, "10240x8192 m16 rule 7 vllm"},
       // 6144x4096 at M = 16: 384 light blocks, within one wave: unchanged.
