@@ -97,6 +97,26 @@ void* blas_workspace(int device, cudaStream_t stream) {
   return p;
 }
 
+// W4A4 decode sizes (M <= 32): the dequantized activations go to a buffer per (device, stream) instead of a
+// stream-ordered allocation, whose graph node would stand between the previous kernel and the quantizer and
+// keep the quantizer from being launched programmatically. Layers on one stream share it: the quantizer
+// waits for the kernel before it (the previous layer's GEMM may still be reading it) before writing. Null
+// where it does not exist yet and the stream is being captured (those calls allocate as before).
+constexpr size_t kDecodeActBytes = 4u << 20;  // 32 rows of K <= 65536
+void* decode_act_buffer(int device, cudaStream_t stream) {
+  static std::mutex mu;
+  static std::map<std::pair<int, cudaStream_t>, void*> spaces;
+  std::lock_guard<std::mutex> lock(mu);
+  void*& p = spaces[{device, stream}];
+  if (!p) {
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    check_cuda(cudaStreamIsCapturing(stream, &st), "cudaStreamIsCapturing");
+    if (st != cudaStreamCaptureStatusNone) return nullptr;
+    check_cuda(cudaMalloc(&p, kDecodeActBytes), "cudaMalloc (decode activation buffer)");
+  }
+  return p;
+}
+
 // cuBLAS handle, one per device for the whole process (a model has hundreds of layers; each handle holds
 // device memory and library state). Created with the math mode once; the stream and the workspace are set
 // per call by whoever holds `mu`, which stays held for the whole GEMM loop so that calls from several
@@ -229,10 +249,20 @@ class CudaLinearImpl final : public CudaLinear {
     // W4A4: the activations are quantized and written back dequantized (exact e2m1·sx, or vLLM's
     // T(e2m1·f32(sx/gs_x))), so both paths multiply T operands equal to the ones the semantics defines.
     const bool vllm = sem_ == Semantics::W4A4_VLLM;
-    StreamBuf deq(static_cast<size_t>(m * k_ * 2), stream);
-    detail::launch_quantize_dequant(x, act_, m, k_, x_enc_, vllm, deq.get(), stream);
-    if (large) return run_large(deq.get(), m, y, out_factor_, vllm, stream);
-    p.x = deq.get();
+    const size_t deq_bytes = static_cast<size_t>(m * k_ * 2);
+    void* shared = !large && m <= detail::kQuadMaxRows && deq_bytes <= kDecodeActBytes
+                       ? decode_act_buffer(device_, stream)
+                       : nullptr;
+    std::unique_ptr<StreamBuf> own;
+    if (!shared) own = std::make_unique<StreamBuf>(deq_bytes, stream);
+    void* deq = shared ? shared : own->get();
+    // Launched programmatically where its grid is small (<= 32 blocks of M·K / 1024): measured faster at M = 1
+    // on every layer (4-28 blocks: 4096x4096 w4a4 6.9 -> 6.4 µs), slower at M = 16 on the small ones (64-224
+    // blocks: 6144x4096 9.0 -> 10.0; docs/PERF.md, change 49).
+    const bool programmatic_quantizer = shared && p.programmatic && m * k_ <= 32 * 1024;
+    detail::launch_quantize_dequant(x, act_, m, k_, x_enc_, vllm, deq, programmatic_quantizer, stream);
+    if (large) return run_large(static_cast<const uint8_t*>(deq), m, y, out_factor_, vllm, stream);
+    p.x = deq;
     p.out_scale = vllm ? out_factor_ : out_factor_ * shift;  // only the exact-weight products carry 2^-c
     fused(p, vllm ? detail::Mode::Vllm : detail::Mode::Exact, true, stream);
   }

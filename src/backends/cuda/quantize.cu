@@ -198,10 +198,14 @@ __global__ void __launch_bounds__(256) quantize_dequant_kernel(const T* __restri
 // The same for decode sizes, where the quantizer's latency is what the GEMM waits for: four lanes per group,
 // four values each; the group's largest magnitude is the maximum of the lanes' (fmaxf is exact and
 // order-free on magnitudes, and NaNs are ignored either way), so scales and codes equal quantize_group's.
+// Launched programmatically (decode sizes with a per-stream output buffer): it waits for the kernel before it
+// (which may write x, or still read `out` as the previous layer's GEMM), and only then lets the GEMM after it
+// start, so that at most one grid waits ahead of the running one.
 template <typename T, bool kVllm>
 __global__ void __launch_bounds__(256) quantize_dequant_quad_kernel(const T* __restrict__ x, int64_t total,
                                                                     float gs, float inv_gs, T* __restrict__ out) {
-  pdl_launch_dependents();  // as above
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t q = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;  // quarter-group
   const bool in = q < total * 4;  // a group's four lanes are in or out together (the shuffles need them all)
   const uint2 raw = in ? reinterpret_cast<const uint2*>(x)[q] : make_uint2(0, 0);
@@ -221,8 +225,6 @@ __global__ void __launch_bounds__(256) quantize_dequant_quad_kernel(const T* __r
   if (in) reinterpret_cast<uint2*>(out)[q] = *reinterpret_cast<const uint2*>(vals);
 }
 
-// Rows up to which quantize-dequantize runs four lanes per group (the decode kernel's M <= 32).
-constexpr int64_t kQuadMaxRows = 32;
 
 template <typename T>
 void launch_t(const void* x, int64_t m, int64_t k, float gs, uint8_t* codes, uint8_t* scales, ScaleLayout layout,
@@ -251,18 +253,17 @@ void launch_t(const void* x, int64_t m, int64_t k, float gs, uint8_t* codes, uin
 }
 
 template <typename T>
-void launch_qd(const void* x, int64_t m, int64_t k, float gs, bool vllm, void* out, cudaStream_t stream) {
+void launch_qd(const void* x, int64_t m, int64_t k, float gs, bool vllm, void* out, bool programmatic,
+               cudaStream_t stream) {
   constexpr int kG = 2, threads = 256;
   const int64_t total = m * (k / 16);
   const unsigned blocks = static_cast<unsigned>(ceil_div(ceil_div(total, kG), threads));
   const T* xt = static_cast<const T*>(x);
   T* o = static_cast<T*>(out);
-  if (m <= kQuadMaxRows) {
+  if (m <= kQuadMaxRows) {  // four lanes per group (the decode kernel's M <= 32)
     const unsigned qblocks = static_cast<unsigned>(ceil_div(total * 4, threads));
-    if (vllm)
-      quantize_dequant_quad_kernel<T, true><<<qblocks, threads, 0, stream>>>(xt, total, gs, 1.0f / gs, o);
-    else
-      quantize_dequant_quad_kernel<T, false><<<qblocks, threads, 0, stream>>>(xt, total, gs, 1.0f / gs, o);
+    launch_maybe_programmatic(programmatic, vllm ? quantize_dequant_quad_kernel<T, true> : quantize_dequant_quad_kernel<T, false>,
+                              dim3(qblocks), dim3(threads), 0, stream, xt, total, gs, 1.0f / gs, o);
     NVFP4_CUDA_CHECK(cudaGetLastError());
     return;
   }
@@ -282,9 +283,9 @@ void launch_quantize(const void* x, DType act, int64_t m, int64_t k, float gs_en
 }
 
 void launch_quantize_dequant(const void* x, DType act, int64_t m, int64_t k, float gs_enc, bool vllm, void* out,
-                             cudaStream_t stream) {
-  if (act == DType::BF16) launch_qd<__nv_bfloat16>(x, m, k, gs_enc, vllm, out, stream);
-  else launch_qd<__half>(x, m, k, gs_enc, vllm, out, stream);
+                             bool programmatic, cudaStream_t stream) {
+  if (act == DType::BF16) launch_qd<__nv_bfloat16>(x, m, k, gs_enc, vllm, out, programmatic, stream);
+  else launch_qd<__half>(x, m, k, gs_enc, vllm, out, programmatic, stream);
 }
 
 }  // namespace nvfp4::cuda::detail

@@ -15,7 +15,9 @@ void launch_quantize(const void* x, DType act, int64_t m, int64_t k, float gs_en
 
 // x: (m, k) T, 16-byte aligned; out: (m, k) T, 16-byte aligned. Quantizes x as launch_quantize does and
 // writes the dequantized values: e2m1 · sx (exact in T; w4a4), or T(e2m1 · f32(sx / gs_enc)) when vllm.
+// programmatic (sm_90+, m <= kQuadMaxRows): launched after the previous kernel in the stream has let it.
+constexpr int64_t kQuadMaxRows = 32;
 void launch_quantize_dequant(const void* x, DType act, int64_t m, int64_t k, float gs_enc, bool vllm, void* out,
-                             cudaStream_t stream);
+                             bool programmatic, cudaStream_t stream);
 
 }  // namespace nvfp4::cuda::detail

@@ -146,7 +146,7 @@ void check_dequant(DType t, const std::vector<uint16_t>& x, int64_t m, int64_t k
   dx.upload(x.data(), x.size() * 2);
   for (bool vllm : {false, true}) {
     dy.fill(0xFF);
-    detail::launch_quantize_dequant(dx.p, t, m, k, gs, vllm, dy.p, nullptr);
+    detail::launch_quantize_dequant(dx.p, t, m, k, gs, vllm, dy.p, false, nullptr);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     std::vector<uint16_t> y(x.size());
     dy.download(y.data(), y.size() * 2);
