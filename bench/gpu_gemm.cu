@@ -172,7 +172,8 @@ int main(int argc, char** argv) {
       reps = std::atoi(argv[++i]);
     } else {
       std::fprintf(stderr, "usage: bench_gemm [--quick] [--shapes 0,1,..] [--m 1,16,..] [--xover 32,..|none] [--grid-rules 0,1,2,3,4,5,6] "
-                           "[--no-quant] [--no-programmatic] [--splits 1,2,..] [--tile-mb 16,32,..] [--custom NxK,..] [--reps N]\n");
+                           "[--no-quant] [--no-programmatic] [--splits 1,2,..] [--tile-mb 16,32,..] [--custom NxK,..] "
+                           "[--reps N]\n");
       return 2;
     }
   }

@@ -77,33 +77,11 @@ void keep_pool_memory(int device) {
   done.push_back(device);
 }
 
-// cuBLAS workspace, one per (device, stream) for the whole process (as PyTorch does): layers share it,
-// and calls on one stream are ordered, so no two GEMMs use it at once. Allocated at the first large-M call
-// on a stream, which therefore must not be inside a CUDA graph capture.
-constexpr size_t kBlasWorkspaceBytes = 32u << 20;
-void* blas_workspace(int device, cudaStream_t stream) {
-  static std::mutex mu;
-  static std::map<std::pair<int, cudaStream_t>, void*> spaces;
-  std::lock_guard<std::mutex> lock(mu);
-  void*& p = spaces[{device, stream}];
-  if (!p) {
-    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-    check_cuda(cudaStreamIsCapturing(stream, &st), "cudaStreamIsCapturing");
-    NVFP4_CHECK(st == cudaStreamCaptureStatusNone,
-                "cuda linear: first large-M call on a stream while capturing a CUDA graph; run one call on "
-                "that stream before capturing");
-    check_cuda(cudaMalloc(&p, kBlasWorkspaceBytes), "cudaMalloc (cuBLAS workspace)");
-  }
-  return p;
-}
-
-// W4A4 decode sizes (M <= 32): the dequantized activations go to a buffer per (device, stream) instead of a
-// stream-ordered allocation, whose graph node would stand between the previous kernel and the quantizer and
-// keep the quantizer from being launched programmatically. Layers on one stream share it: the quantizer
-// waits for the kernel before it (the previous layer's GEMM may still be reading it) before writing. Null
-// where it does not exist yet and the stream is being captured (those calls allocate as before).
-constexpr size_t kDecodeActBytes = 4u << 20;  // 32 rows of K <= 65536
-void* decode_act_buffer(int device, cudaStream_t stream) {
+// A device buffer per (device, stream) for the whole process, of one kind (Tag), allocated at its first use
+// on that stream; null while the stream is being captured into a CUDA graph and the buffer does not exist yet
+// (cudaMalloc cannot be captured). Calls on one stream are ordered, so the layers using a kind share it.
+template <typename Tag>
+void* per_stream_buffer(int device, cudaStream_t stream, size_t bytes, const char* what) {
   static std::mutex mu;
   static std::map<std::pair<int, cudaStream_t>, void*> spaces;
   std::lock_guard<std::mutex> lock(mu);
@@ -112,9 +90,30 @@ void* decode_act_buffer(int device, cudaStream_t stream) {
     cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
     check_cuda(cudaStreamIsCapturing(stream, &st), "cudaStreamIsCapturing");
     if (st != cudaStreamCaptureStatusNone) return nullptr;
-    check_cuda(cudaMalloc(&p, kDecodeActBytes), "cudaMalloc (decode activation buffer)");
+    check_cuda(cudaMalloc(&p, bytes), what);
   }
   return p;
+}
+
+// cuBLAS workspace (as PyTorch has one per stream): no two GEMMs use it at once. Allocated at the first
+// large-M call on a stream, which therefore must not be inside a CUDA graph capture.
+constexpr size_t kBlasWorkspaceBytes = 32u << 20;
+struct BlasWorkspaceTag {};
+void* blas_workspace(int device, cudaStream_t stream) {
+  void* p = per_stream_buffer<BlasWorkspaceTag>(device, stream, kBlasWorkspaceBytes, "cudaMalloc (cuBLAS workspace)");
+  NVFP4_CHECK(p, "cuda linear: first large-M call on a stream while capturing a CUDA graph; run one call on "
+                 "that stream before capturing");
+  return p;
+}
+
+// W4A4 decode sizes (M <= 32): the dequantized activations go to a buffer per (device, stream) instead of a
+// stream-ordered allocation, whose graph node would stand between the previous kernel and the quantizer and
+// keep the quantizer from being launched programmatically. The quantizer waits for the kernel before it (the
+// previous layer's GEMM may still be reading the buffer) before writing. Null: those calls allocate as before.
+constexpr size_t kDecodeActBytes = 4u << 20;  // 32 rows of K <= 65536
+struct DecodeActTag {};
+void* decode_act_buffer(int device, cudaStream_t stream) {
+  return per_stream_buffer<DecodeActTag>(device, stream, kDecodeActBytes, "cudaMalloc (decode activation buffer)");
 }
 
 // cuBLAS handle, one per device for the whole process (a model has hundreds of layers; each handle holds

@@ -346,7 +346,8 @@ void launch_t(const GemmParams& p, Mode mode, int nt, int nw, bool light, cudaSt
 // writes each block's 16 rows as whole 128-byte segments (4 rows per store).
 constexpr int kDeqBlocks = 2;
 template <typename T, bool kVllm>
-__global__ void __launch_bounds__(256) dequant_weight_kernel(const GemmParams p, int n0, int rows, T* __restrict__ out) {
+__global__ void __launch_bounds__(256) dequant_weight_kernel(const GemmParams p, int n0, int rows,
+                                                             T* __restrict__ out) {
   __shared__ uint4 stage[8][16][9];  // [warp][row][16-byte piece]; 144-byte rows: no bank conflicts either way
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int blocks = rows / 16 * p.kc;  // < 2^31: launch_dequant_weight
@@ -418,8 +419,8 @@ void launch_fused_gemm(const GemmParams& p, DType act, Mode mode, int nt, int nw
 void launch_dequant_weight(const GemmParams& p, DType act, bool vllm, int n0, int rows, void* out,
                            cudaStream_t stream) {
   const int64_t frags = static_cast<int64_t>(rows / 16) * p.kc;
-  NVFP4_CHECK(frags < (1ll << 31) - 16 * kDeqBlocks,
-              "dequantize weight: a tile of " + std::to_string(rows) + " rows x K " + std::to_string(p.k) + " is too large");
+  NVFP4_CHECK(frags < (1ll << 31) - 16 * kDeqBlocks, "dequantize weight: a tile of " + std::to_string(rows) +
+                                                         " rows x K " + std::to_string(p.k) + " is too large");
   const unsigned blocks = static_cast<unsigned>(ceil_div(ceil_div(frags, kDeqBlocks), 8));
   if (act == DType::BF16) {
     auto* o = static_cast<__nv_bfloat16*>(out);

@@ -262,8 +262,9 @@ void launch_qd(const void* x, int64_t m, int64_t k, float gs, bool vllm, void* o
   T* o = static_cast<T*>(out);
   if (m <= kQuadMaxRows) {  // four lanes per group (the decode kernel's M <= 32)
     const unsigned qblocks = static_cast<unsigned>(ceil_div(total * 4, threads));
-    launch_maybe_programmatic(programmatic, vllm ? quantize_dequant_quad_kernel<T, true> : quantize_dequant_quad_kernel<T, false>,
-                              dim3(qblocks), dim3(threads), 0, stream, xt, total, gs, 1.0f / gs, o);
+    const auto kernel = vllm ? quantize_dequant_quad_kernel<T, true> : quantize_dequant_quad_kernel<T, false>;
+    launch_maybe_programmatic(programmatic, kernel, dim3(qblocks), dim3(threads), 0, stream, xt, total, gs,
+                              1.0f / gs, o);
     NVFP4_CUDA_CHECK(cudaGetLastError());
     return;
   }
