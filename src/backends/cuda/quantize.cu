@@ -225,7 +225,6 @@ __global__ void __launch_bounds__(256) quantize_dequant_quad_kernel(const T* __r
   if (in) reinterpret_cast<uint2*>(out)[q] = *reinterpret_cast<const uint2*>(vals);
 }
 
-
 template <typename T>
 void launch_t(const void* x, int64_t m, int64_t k, float gs, uint8_t* codes, uint8_t* scales, ScaleLayout layout,
               cudaStream_t stream) {
