@@ -79,40 +79,50 @@ void keep_pool_memory(int device) {
 
 // A device buffer per (device, stream) for the whole process, of one kind (Tag), allocated at its first use
 // on that stream; null while the stream is being captured into a CUDA graph and the buffer does not exist yet
-// (cudaMalloc cannot be captured). Calls on one stream are ordered, so the layers using a kind share it.
+// (cudaMalloc cannot be captured). Calls on one stream are ordered, so the layers using a kind share it; `mu`
+// is for callers whose use spans several kernels (another thread on the same stream must not enqueue its
+// own use in between).
+struct PerStreamBuffer {
+  void* p = nullptr;
+  std::mutex mu;
+};
 template <typename Tag>
-void* per_stream_buffer(int device, cudaStream_t stream, size_t bytes, const char* what) {
+PerStreamBuffer* per_stream_buffer(int device, cudaStream_t stream, size_t bytes, const char* what) {
   static std::mutex mu;
-  static std::map<std::pair<int, cudaStream_t>, void*> spaces;
+  static std::map<std::pair<int, cudaStream_t>, PerStreamBuffer> spaces;  // nodes never move
   std::lock_guard<std::mutex> lock(mu);
-  void*& p = spaces[{device, stream}];
-  if (!p) {
+  PerStreamBuffer& b = spaces[{device, stream}];
+  if (!b.p) {
     cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
     check_cuda(cudaStreamIsCapturing(stream, &st), "cudaStreamIsCapturing");
     if (st != cudaStreamCaptureStatusNone) return nullptr;
-    check_cuda(cudaMalloc(&p, bytes), what);
+    check_cuda(cudaMalloc(&b.p, bytes), what);
   }
-  return p;
+  return &b;
 }
 
-// cuBLAS workspace (as PyTorch has one per stream): no two GEMMs use it at once. Allocated at the first
-// large-M call on a stream, which therefore must not be inside a CUDA graph capture.
+// cuBLAS workspace (as PyTorch has one per stream): no two GEMMs use it at once (BlasHandle::mu is held
+// while a call enqueues its GEMMs). Allocated at the first large-M call on a stream, which therefore must not
+// be inside a CUDA graph capture.
 constexpr size_t kBlasWorkspaceBytes = 32u << 20;
 struct BlasWorkspaceTag {};
 void* blas_workspace(int device, cudaStream_t stream) {
-  void* p = per_stream_buffer<BlasWorkspaceTag>(device, stream, kBlasWorkspaceBytes, "cudaMalloc (cuBLAS workspace)");
-  NVFP4_CHECK(p, "cuda linear: first large-M call on a stream while capturing a CUDA graph; run one call on "
+  PerStreamBuffer* b =
+      per_stream_buffer<BlasWorkspaceTag>(device, stream, kBlasWorkspaceBytes, "cudaMalloc (cuBLAS workspace)");
+  NVFP4_CHECK(b, "cuda linear: first large-M call on a stream while capturing a CUDA graph; run one call on "
                  "that stream before capturing");
-  return p;
+  return b->p;
 }
 
 // W4A4 decode sizes (M <= 32): the dequantized activations go to a buffer per (device, stream) instead of a
 // stream-ordered allocation, whose graph node would stand between the previous kernel and the quantizer and
 // keep the quantizer from being launched programmatically. The quantizer waits for the kernel before it (the
-// previous layer's GEMM may still be reading the buffer) before writing. Null: those calls allocate as before.
+// previous layer's GEMM may still be reading the buffer) before writing; a call holds the buffer's mutex
+// from its quantizer's launch to its GEMM's, so that a call from another thread on the same stream cannot
+// write the buffer in between. Null: those calls allocate as before.
 constexpr size_t kDecodeActBytes = 4u << 20;  // 32 rows of K <= 65536
 struct DecodeActTag {};
-void* decode_act_buffer(int device, cudaStream_t stream) {
+PerStreamBuffer* decode_act_buffer(int device, cudaStream_t stream) {
   return per_stream_buffer<DecodeActTag>(device, stream, kDecodeActBytes, "cudaMalloc (decode activation buffer)");
 }
 
@@ -249,12 +259,14 @@ class CudaLinearImpl final : public CudaLinear {
     // T(e2m1·f32(sx/gs_x))), so both paths multiply T operands equal to the ones the semantics defines.
     const bool vllm = sem_ == Semantics::W4A4_VLLM;
     const size_t deq_bytes = static_cast<size_t>(m * k_ * 2);
-    void* shared = !large && m <= detail::kQuadMaxRows && deq_bytes <= kDecodeActBytes
-                       ? decode_act_buffer(device_, stream)
-                       : nullptr;
+    PerStreamBuffer* shared = !large && m <= detail::kQuadMaxRows && deq_bytes <= kDecodeActBytes
+                                  ? decode_act_buffer(device_, stream)
+                                  : nullptr;
+    std::unique_lock<std::mutex> shared_lock;  // held until this call's GEMM is enqueued
+    if (shared) shared_lock = std::unique_lock<std::mutex>(shared->mu);
     std::unique_ptr<StreamBuf> own;
     if (!shared) own = std::make_unique<StreamBuf>(deq_bytes, stream);
-    void* deq = shared ? shared : own->get();
+    void* deq = shared ? shared->p : own->get();
     // Launched programmatically where its grid is small (<= 32 blocks of M·K / 1024): measured faster at M = 1
     // on every layer (4-28 blocks: 4096x4096 w4a4 6.9 -> 6.4 µs), slower at M = 16 on the small ones (64-224
     // blocks: 6144x4096 9.0 -> 10.0; docs/PERF.md, change 49).

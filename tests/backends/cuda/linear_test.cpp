@@ -425,6 +425,72 @@ TEST(CudaLinear, TinyScalesAndGlobalScaleOne) {
     }
 }
 
+// W4A4 at decode sizes writes its dequantized activations to one buffer per stream. Layers called from
+// several threads on one shared stream, each with its own weights and activations (M = 1 and 16, both
+// flavours): every output must equal the same layer's lone call bit for bit. A call whose GEMM read the
+// buffer after another thread's quantizer had overwritten it (quantizer A, quantizer B, GEMM A) would differ.
+TEST(CudaLinear, W4A4DecodeFromSeveralThreadsOnOneStream) {
+  NVFP4_REQUIRE_GPU();
+  const DType t = DType::BF16;
+  const int64_t n = 1024, k = 2048;
+  const int kThreads = 4, kCalls = 50;
+  std::vector<std::unique_ptr<CudaLinear>> layers;
+  std::vector<std::vector<uint16_t>> xs;
+  for (int i = 0; i < kThreads; ++i) {
+    const Semantics s = i % 2 ? Semantics::W4A4_VLLM : Semantics::W4A4;
+    const LinearWeights w = random_layer(n, k, scale_range(0x28, 0x5F), 2688.0f / 0.3f, true, 2688.0f / 7.0f,
+                                         true, t, 2600 + static_cast<uint32_t>(i));
+    layers.push_back(CudaLinear::create(w, s, t, 0));
+    xs.push_back(random_activations(t, 16, k, 1.0f, 2700 + static_cast<uint32_t>(i)));
+  }
+  cudaStream_t shared = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&shared, cudaStreamNonBlocking), cudaSuccess);
+  for (int64_t m : {1, 16}) {
+    const size_t x_bytes = static_cast<size_t>(m * k * 2), y_bytes = static_cast<size_t>(m * n * 2);
+    std::vector<std::vector<uint16_t>> want;
+    for (int i = 0; i < kThreads; ++i) {  // references: one call at a time
+      DeviceBytes dx(x_bytes), dy(y_bytes);
+      dx.upload(xs[i].data(), x_bytes);
+      dy.fill(0xFF);
+      layers[i]->run(dx.p, m, dy.p, shared);
+      CUDA_OK(cudaStreamSynchronize(shared));
+      want.emplace_back(static_cast<size_t>(m * n));
+      dy.download(want.back().data(), y_bytes);
+    }
+    for (int i = 1; i < kThreads; ++i) ASSERT_NE(want[i], want[0]) << "layers " << i << " and 0 agree";
+    std::vector<int64_t> mismatches(kThreads, 0), failures(kThreads, 0);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kThreads; ++i)
+      threads.emplace_back([&, i] {
+        if (cudaSetDevice(0) != cudaSuccess) {
+          ++failures[i];
+          return;
+        }
+        DeviceBytes dx(x_bytes), dy(y_bytes);
+        dx.upload(xs[i].data(), x_bytes);
+        std::vector<uint16_t> y(static_cast<size_t>(m * n));
+        for (int c = 0; c < kCalls; ++c) {
+          if (cudaMemsetAsync(dy.p, 0xFF, y_bytes, shared) != cudaSuccess) ++failures[i];
+          try {
+            layers[i]->run(dx.p, m, dy.p, shared);
+          } catch (const Error&) {
+            ++failures[i];
+          }
+          if (cudaStreamSynchronize(shared) != cudaSuccess) ++failures[i];
+          dy.download(y.data(), y_bytes);
+          mismatches[i] += y != want[i];
+        }
+      });
+    for (auto& th : threads) th.join();
+    for (int i = 0; i < kThreads; ++i) {
+      EXPECT_EQ(failures[i], 0) << "m " << m << ", thread " << i << ": CUDA or executor errors";
+      EXPECT_EQ(mismatches[i], 0) << "m " << m << ", thread " << i << ": " << mismatches[i] << " of " << kCalls
+                                  << " calls differ from the lone call";
+    }
+  }
+  cudaStreamDestroy(shared);
+}
+
 // Every layer of a device shares one cuBLAS handle, whose stream and workspace each call sets. Layers run from
 // several threads, each on its own stream, with many weight tiles (one GEMM each) per call: every output must
 // equal, bit for bit, the same layer's output from a lone call on the default stream (cuBLAS is bit-wise
