@@ -425,6 +425,51 @@ TEST(CudaLinear, TinyScalesAndGlobalScaleOne) {
     }
 }
 
+// Thread i calls layers[i] `calls` times on x = xs[i] (its first m rows), on `shared` or, if null, on a
+// stream of its own, each call into a NaN-poisoned y; counts the calls whose y differs from want[i] and the
+// CUDA or executor errors.
+struct ThreadCounts {
+  std::vector<int64_t> mismatches, failures;
+};
+ThreadCounts call_from_threads(const std::vector<std::unique_ptr<CudaLinear>>& layers,
+                               const std::vector<std::vector<uint16_t>>& xs,
+                               const std::vector<std::vector<uint16_t>>& want, int64_t m, int calls,
+                               cudaStream_t shared) {
+  const size_t nthreads = layers.size();
+  ThreadCounts r{std::vector<int64_t>(nthreads, 0), std::vector<int64_t>(nthreads, 0)};
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < nthreads; ++i)
+    threads.emplace_back([&, i] {
+      const int64_t n = layers[i]->out_features(), k = layers[i]->in_features();
+      const size_t x_bytes = static_cast<size_t>(m * k * 2), y_bytes = static_cast<size_t>(m * n * 2);
+      cudaStream_t st = shared;
+      if (cudaSetDevice(0) != cudaSuccess || (!shared && cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) !=
+                                                             cudaSuccess)) {
+        ++r.failures[i];
+        return;
+      }
+      {
+        DeviceBytes dx(x_bytes), dy(y_bytes);
+        dx.upload(xs[i].data(), x_bytes);
+        std::vector<uint16_t> y(static_cast<size_t>(m * n));
+        for (int c = 0; c < calls; ++c) {
+          if (cudaMemsetAsync(dy.p, 0xFF, y_bytes, st) != cudaSuccess) ++r.failures[i];
+          try {
+            layers[i]->run(dx.p, m, dy.p, st);
+          } catch (const Error&) {
+            ++r.failures[i];
+          }
+          if (cudaStreamSynchronize(st) != cudaSuccess) ++r.failures[i];
+          dy.download(y.data(), y_bytes);
+          r.mismatches[i] += y != want[i];
+        }
+      }
+      if (!shared) cudaStreamDestroy(st);
+    });
+  for (auto& th : threads) th.join();
+  return r;
+}
+
 // W4A4 at decode sizes writes its dequantized activations to one buffer per stream. Layers called from
 // several threads on one shared stream, each with its own weights and activations (M = 1 and 16, both
 // flavours): every output must equal the same layer's lone call bit for bit. A call whose GEMM read the
@@ -458,34 +503,11 @@ TEST(CudaLinear, W4A4DecodeFromSeveralThreadsOnOneStream) {
       dy.download(want.back().data(), y_bytes);
     }
     for (int i = 1; i < kThreads; ++i) ASSERT_NE(want[i], want[0]) << "layers " << i << " and 0 agree";
-    std::vector<int64_t> mismatches(kThreads, 0), failures(kThreads, 0);
-    std::vector<std::thread> threads;
-    for (int i = 0; i < kThreads; ++i)
-      threads.emplace_back([&, i] {
-        if (cudaSetDevice(0) != cudaSuccess) {
-          ++failures[i];
-          return;
-        }
-        DeviceBytes dx(x_bytes), dy(y_bytes);
-        dx.upload(xs[i].data(), x_bytes);
-        std::vector<uint16_t> y(static_cast<size_t>(m * n));
-        for (int c = 0; c < kCalls; ++c) {
-          if (cudaMemsetAsync(dy.p, 0xFF, y_bytes, shared) != cudaSuccess) ++failures[i];
-          try {
-            layers[i]->run(dx.p, m, dy.p, shared);
-          } catch (const Error&) {
-            ++failures[i];
-          }
-          if (cudaStreamSynchronize(shared) != cudaSuccess) ++failures[i];
-          dy.download(y.data(), y_bytes);
-          mismatches[i] += y != want[i];
-        }
-      });
-    for (auto& th : threads) th.join();
+    const ThreadCounts r = call_from_threads(layers, xs, want, m, kCalls, shared);
     for (int i = 0; i < kThreads; ++i) {
-      EXPECT_EQ(failures[i], 0) << "m " << m << ", thread " << i << ": CUDA or executor errors";
-      EXPECT_EQ(mismatches[i], 0) << "m " << m << ", thread " << i << ": " << mismatches[i] << " of " << kCalls
-                                  << " calls differ from the lone call";
+      EXPECT_EQ(r.failures[i], 0) << "m " << m << ", thread " << i << ": CUDA or executor errors";
+      EXPECT_EQ(r.mismatches[i], 0) << "m " << m << ", thread " << i << ": " << r.mismatches[i] << " of "
+                                    << kCalls << " calls differ from the lone call";
     }
   }
   cudaStreamDestroy(shared);
@@ -530,38 +552,11 @@ TEST(CudaLinear, LayersOnSeveralThreadsShareTheCublasHandle) {
     ASSERT_EQ(nan, 0) << "layer " << i << ": reference output has NaN";
     ASSERT_GT(nonzero, m * n / 2) << "layer " << i << ": reference output is mostly zero";
   }
-  std::vector<int64_t> mismatches(kThreads, 0), failures(kThreads, 0);
-  std::vector<std::thread> threads;
-  for (int i = 0; i < kThreads; ++i)
-    threads.emplace_back([&, i] {
-      cudaStream_t st = nullptr;
-      if (cudaSetDevice(0) != cudaSuccess || cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) != cudaSuccess) {
-        ++failures[i];
-        return;
-      }
-      {
-        DeviceBytes dx(x_bytes), dy(y_bytes);
-        dx.upload(xs[i].data(), x_bytes);
-        std::vector<uint16_t> y(static_cast<size_t>(m * n));
-        for (int c = 0; c < kCalls; ++c) {
-          if (cudaMemsetAsync(dy.p, 0xFF, y_bytes, st) != cudaSuccess) ++failures[i];
-          try {
-            layers[i]->run(dx.p, m, dy.p, st);
-          } catch (const Error&) {
-            ++failures[i];
-          }
-          if (cudaStreamSynchronize(st) != cudaSuccess) ++failures[i];
-          dy.download(y.data(), y_bytes);
-          mismatches[i] += y != want[i];
-        }
-      }
-      cudaStreamDestroy(st);
-    });
-  for (auto& th : threads) th.join();
+  const ThreadCounts r = call_from_threads(layers, xs, want, m, kCalls, nullptr);
   for (int i = 0; i < kThreads; ++i) {
-    EXPECT_EQ(failures[i], 0) << "thread " << i << ": CUDA or executor errors";
-    EXPECT_EQ(mismatches[i], 0) << "thread " << i << " (" << semantics_name(layers[i]->semantics()) << "): "
-                                << mismatches[i] << " of " << kCalls << " calls differ from the lone call";
+    EXPECT_EQ(r.failures[i], 0) << "thread " << i << ": CUDA or executor errors";
+    EXPECT_EQ(r.mismatches[i], 0) << "thread " << i << " (" << semantics_name(layers[i]->semantics()) << "): "
+                                  << r.mismatches[i] << " of " << kCalls << " calls differ from the lone call";
   }
 }
 
