@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -264,13 +265,14 @@ class CudaLinearImpl final : public CudaLinear {
                                   : nullptr;
     std::unique_lock<std::mutex> shared_lock;  // held until this call's GEMM is enqueued
     if (shared) shared_lock = std::unique_lock<std::mutex>(shared->mu);
-    std::unique_ptr<StreamBuf> own;
-    if (!shared) own = std::make_unique<StreamBuf>(deq_bytes, stream);
+    std::optional<StreamBuf> own;
+    if (!shared) own.emplace(deq_bytes, stream);
     void* deq = shared ? shared->p : own->get();
-    // Launched programmatically where its grid is small (<= 32 blocks of M·K / 1024): measured faster at M = 1
-    // on every layer (4-28 blocks: 4096x4096 w4a4 6.9 -> 6.4 µs), slower at M = 16 on the small ones (64-224
-    // blocks: 6144x4096 9.0 -> 10.0; docs/PERF.md, change 49).
-    const bool programmatic_quantizer = shared && p.programmatic && m * k_ <= 32 * 1024;
+    // Launched programmatically where its grid is small (<= 32 blocks): measured faster at M = 1 on every layer
+    // (4-28 blocks: 4096x4096 w4a4 6.9 -> 6.4 µs), slower at M = 16 on the small ones (64-224 blocks: 6144x4096
+    // 9.0 -> 10.0; docs/PERF.md, change 49).
+    const bool programmatic_quantizer =
+        shared && p.programmatic && detail::quantize_dequant_quad_blocks(m, k_) <= 32;
     detail::launch_quantize_dequant(x, act_, m, k_, x_enc_, vllm, deq, programmatic_quantizer, stream);
     if (large) return run_large(static_cast<const uint8_t*>(deq), m, y, out_factor_, vllm, stream);
     p.x = deq;

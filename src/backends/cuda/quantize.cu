@@ -260,7 +260,7 @@ void launch_qd(const void* x, int64_t m, int64_t k, float gs, bool vllm, void* o
   const T* xt = static_cast<const T*>(x);
   T* o = static_cast<T*>(out);
   if (m <= kQuadMaxRows) {  // four lanes per group (the decode kernel's M <= 32)
-    const unsigned qblocks = static_cast<unsigned>(ceil_div(total * 4, threads));
+    const unsigned qblocks = static_cast<unsigned>(quantize_dequant_quad_blocks(m, k));
     const auto kernel = vllm ? quantize_dequant_quad_kernel<T, true> : quantize_dequant_quad_kernel<T, false>;
     launch_maybe_programmatic(programmatic, kernel, dim3(qblocks), dim3(threads), 0, stream, xt, total, gs,
                               1.0f / gs, o);

@@ -17,6 +17,8 @@ void launch_quantize(const void* x, DType act, int64_t m, int64_t k, float gs_en
 // writes the dequantized values: e2m1 · sx (exact in T; w4a4), or T(e2m1 · f32(sx / gs_enc)) when vllm.
 // programmatic (sm_90+, m <= kQuadMaxRows): launched after the previous kernel in the stream has let it.
 constexpr int64_t kQuadMaxRows = 32;
+// Blocks of 256 threads of that decode-size (m <= kQuadMaxRows) kernel: four lanes per group of 16.
+constexpr int64_t quantize_dequant_quad_blocks(int64_t m, int64_t k) { return (m * (k / 16) * 4 + 255) / 256; }
 void launch_quantize_dequant(const void* x, DType act, int64_t m, int64_t k, float gs_enc, bool vllm, void* out,
                              bool programmatic, cudaStream_t stream);
 
