@@ -429,9 +429,10 @@ int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k, bool wgmma) {
   // copy; it wins up to M = 256 on small layers (at 384-2048 within +-15% of the dequantize + cuBLAS path, mostly
   // slower), 1536 on mid-size ones (2048 within 5% either way) and at least 2048 on large ones (0.84-0.94 there,
   // not measured above); the vLLM flavour's per-weight f32 rounding makes it lose from M = 384 on small layers,
-  // 512 on mid-size and 1024 on large ones (docs/PERF.md, change 28's scan).
+  // 512 on mid-size and (since change 47's faster dequantization) 768 on large ones (docs/PERF.md, changes 28
+  // and 52).
   if (wgmma && s != Semantics::W4A4_VLLM) return nk < (48ll << 20) ? 256 : nk < (200ll << 20) ? 1536 : 2048;
-  if (wgmma) return nk < (48ll << 20) ? 128 : nk < (200ll << 20) ? 384 : 768;
+  if (wgmma) return nk < (48ll << 20) ? 128 : nk < (200ll << 20) ? 384 : 512;
   // Elsewhere the decode kernel with 32-token tiles: the exact-weight kernel (w4a16, and w4a4 on its
   // dequantized activations) wins up to M = 64 on small layers and up to 96-128 on large ones; the vLLM
   // flavour rounds every weight in f32 and loses earlier on N = 4096 layers.
