@@ -2,9 +2,13 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdlib>
+#include <string>
+
 #include "cli/verbs.h"
 #include "common/error.h"
 #include "common/parallel.h"
+#include "linear/select.h"
 
 namespace nvfp4::cli {
 
@@ -29,6 +33,8 @@ model::LoadOptions model_load_options(const ModelFlags& f) {
     lo.overrides.semantics_from = "--semantics " + f.semantics;
   }
   lo.ops_on_device = f.ops == "cuda";
+  const char* graphs = std::getenv("NVFP4_CUDA_GRAPHS");
+  if (graphs && *graphs) lo.cuda_graphs = parse_bool_setting(graphs, "NVFP4_CUDA_GRAPHS");
   if (f.threads > 0) set_num_threads(f.threads);
   return lo;
 }

@@ -207,7 +207,15 @@ struct LlamaModel::DeviceState {
     DevBuf w, bias;
   };
   std::map<const Linear*, std::unique_ptr<Dense>> dense;
-  DevBuf ids, x, a, tmp, q, att, k, v, g, u, bits_in, bits_out, logits;
+  DevBuf ids, pos, x, a, tmp, q, att, k, v, g, u, bits_in, bits_out, logits;
+  // Every op of a step runs on this stream; one-token steps replay `graph` (LoadOptions::cuda_graphs), which
+  // was captured with the buffers `graph_key` lists.
+  std::unique_ptr<cuda_ops::Stream> stream;
+  bool graphs = true;
+  Reporter rep;
+  int64_t eager_one_token_steps = 0;
+  std::unique_ptr<cuda_ops::StepGraph> graph;
+  std::vector<const void*> graph_key;
 };
 #else
 struct LlamaModel::DeviceState {};
@@ -397,6 +405,8 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
     if (opt.record_input_amax) fail("calibration (input max |x|) runs with CPU ops only");
     DeviceInfo d = any_quant ? dev : detect_device(opt.overrides);
     m->init_device(d);
+    m->dev_->graphs = opt.cuda_graphs;
+    m->dev_->rep = rep;
     return m;  // the KV cache lives on the device
   }
   const size_t kv = static_cast<size_t>(c.n_layers * nkv * m->cap_ * hd);
@@ -427,6 +437,7 @@ void LlamaModel::init_device(const DeviceInfo& d) {
   auto D = std::make_unique<DeviceState>();
   D->device = device;
   D->gemm = cuda_ops::Gemm::create(device);
+  D->stream = cuda_ops::Stream::create(device);
   const LlamaConfig& c = cfg_;
   const int64_t hd = c.head_dim, nkv = c.n_kv_heads;
   {
@@ -482,9 +493,19 @@ void LlamaModel::init_device(const DeviceInfo& d) {
     for (const Linear* l : {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down}) dense(*l);
   }
   dense(*lm_head_);
+  // The uploads above went through the legacy default stream, which D->stream does not wait for.
+  cuda_ops::synchronize(nullptr);
   device_name_ = "cuda:" + std::to_string(device);
   dev_ = std::move(D);
   release_host_weights();
+#endif
+}
+
+bool LlamaModel::decode_graph_active() const {
+#ifdef NVFP4_HAVE_CUDA
+  return dev_ && dev_->graph != nullptr;
+#else
+  return false;
 #endif
 }
 
@@ -522,7 +543,9 @@ void LlamaModel::forward_device(const int32_t* tokens, int64_t n, float* logits,
   const int dv = D.device;
   const float eps = static_cast<float>(c.rms_eps);
   const size_t f = 4;
-  D.ids.upload(tokens, static_cast<size_t>(n) * 4, dv);
+  void* const s = D.stream->get();
+  D.ids.ensure(static_cast<size_t>(n) * 4, dv);
+  D.pos.ensure(4, dv);
   D.x.ensure(n * H * f, dv);
   D.a.ensure(n * H * f, dv);
   D.tmp.ensure(n * H * f, dv);
@@ -537,48 +560,82 @@ void LlamaModel::forward_device(const int32_t* tokens, int64_t n, float* logits,
   D.bits_out.ensure(static_cast<size_t>(n * widest) * 2, dv);
   const int64_t first = all_logits ? 0 : n - 1, rows = n - first;
   D.logits.ensure(static_cast<size_t>(rows * V) * f, dv);
+  cuda_ops::copy_to_device(D.ids.p, tokens, static_cast<size_t>(n) * 4, s);
+  const int32_t pos32 = static_cast<int32_t>(pos_);  // < cap_ <= max_position (int32)
+  cuda_ops::copy_to_device(D.pos.p, &pos32, 4, s);
 
   auto lin = [&](const Linear& l, const float* x, int64_t m, float* y) {
     if (l.q) {
-      cuda_ops::to_bits16(x, m * l.k, act_, D.bits_in.u16(), nullptr);
-      l.q->forward(D.bits_in.p, m, D.bits_out.p, nullptr);
-      cuda_ops::from_bits16(D.bits_out.u16(), m * l.n, act_, y, nullptr);
+      cuda_ops::to_bits16(x, m * l.k, act_, D.bits_in.u16(), s);
+      l.q->forward(D.bits_in.p, m, D.bits_out.p, s);
+      cuda_ops::from_bits16(D.bits_out.u16(), m * l.n, act_, y, s);
       return;
     }
     const DeviceState::Dense& d = *D.dense.at(&l);
     if (l.dense.dtype == DType::BF16) {
-      cuda_ops::to_bits16(x, m * l.k, DType::BF16, D.bits_in.u16(), nullptr);
-      D.gemm->run(D.bits_in.p, m, l.k, d.w.p, DType::BF16, l.n, y, nullptr);
+      cuda_ops::to_bits16(x, m * l.k, DType::BF16, D.bits_in.u16(), s);
+      D.gemm->run(D.bits_in.p, m, l.k, d.w.p, DType::BF16, l.n, y, s);
     } else {
-      D.gemm->run(x, m, l.k, d.w.p, DType::F32, l.n, y, nullptr);
+      D.gemm->run(x, m, l.k, d.w.p, DType::F32, l.n, y, s);
     }
-    if (l.round_output) cuda_ops::round_bias(y, m, l.n, d.bias.p ? d.bias.f() : nullptr, act_, nullptr);
+    if (l.round_output) cuda_ops::round_bias(y, m, l.n, d.bias.p ? d.bias.f() : nullptr, act_, s);
   };
 
-  cuda_ops::embed(D.embed.f(), static_cast<const int32_t*>(D.ids.p), n, H, D.x.f(), nullptr);
-  for (int64_t li = 0; li < c.n_layers; ++li) {
-    const Layer& L = *layers_[static_cast<size_t>(li)];
-    const DeviceState::LayerNorms& nm = *D.norms[static_cast<size_t>(li)];
-    float* kc = D.kc.f() + li * nkv * cap_ * hd;
-    float* vc = D.vc.f() + li * nkv * cap_ * hd;
-    cuda_ops::rmsnorm(D.x.f(), nm.in_norm.f(), n, H, eps, act_, D.a.f(), nullptr);
-    lin(L.q, D.a.f(), n, D.q.f());
-    lin(L.k, D.a.f(), n, D.k.f());
-    lin(L.v, D.a.f(), n, D.v.f());
-    cuda_ops::rope_store_kv(D.q.f(), D.k.f(), D.v.f(), n, nh, nkv, hd, D.rope.f(), pos_, kc, vc, cap_, act_, nullptr);
-    cuda_ops::attention(D.q.f(), kc, vc, n, pos_, nh, nkv, hd, cap_, act_, D.att.f(), nullptr);
-    lin(L.o, D.att.f(), n, D.tmp.f());
-    cuda_ops::residual_add(D.x.f(), D.tmp.f(), n * H, act_, nullptr);
-    cuda_ops::rmsnorm(D.x.f(), nm.post_norm.f(), n, H, eps, act_, D.a.f(), nullptr);
-    lin(L.gate, D.a.f(), n, D.g.f());
-    lin(L.up, D.a.f(), n, D.u.f());
-    cuda_ops::silu_mul(D.g.f(), D.u.f(), n * I, act_, nullptr);
-    lin(L.down, D.g.f(), n, D.tmp.f());
-    cuda_ops::residual_add(D.x.f(), D.tmp.f(), n * H, act_, nullptr);
+  // The step's work on stream s. pos_dev null: positions from pos_; else read from D.pos when the kernels run
+  // (a replayed graph), pos_max bounding them.
+  auto step = [&](const int32_t* pos_dev, int64_t pos_max) {
+    cuda_ops::embed(D.embed.f(), static_cast<const int32_t*>(D.ids.p), n, H, D.x.f(), s);
+    for (int64_t li = 0; li < c.n_layers; ++li) {
+      const Layer& L = *layers_[static_cast<size_t>(li)];
+      const DeviceState::LayerNorms& nm = *D.norms[static_cast<size_t>(li)];
+      float* kc = D.kc.f() + li * nkv * cap_ * hd;
+      float* vc = D.vc.f() + li * nkv * cap_ * hd;
+      cuda_ops::rmsnorm(D.x.f(), nm.in_norm.f(), n, H, eps, act_, D.a.f(), s);
+      lin(L.q, D.a.f(), n, D.q.f());
+      lin(L.k, D.a.f(), n, D.k.f());
+      lin(L.v, D.a.f(), n, D.v.f());
+      cuda_ops::rope_store_kv(D.q.f(), D.k.f(), D.v.f(), n, nh, nkv, hd, D.rope.f(), pos_max, kc, vc, cap_, act_, s,
+                              pos_dev);
+      cuda_ops::attention(D.q.f(), kc, vc, n, pos_max, nh, nkv, hd, cap_, act_, D.att.f(), s, pos_dev);
+      lin(L.o, D.att.f(), n, D.tmp.f());
+      cuda_ops::residual_add(D.x.f(), D.tmp.f(), n * H, act_, s);
+      cuda_ops::rmsnorm(D.x.f(), nm.post_norm.f(), n, H, eps, act_, D.a.f(), s);
+      lin(L.gate, D.a.f(), n, D.g.f());
+      lin(L.up, D.a.f(), n, D.u.f());
+      cuda_ops::silu_mul(D.g.f(), D.u.f(), n * I, act_, s);
+      lin(L.down, D.g.f(), n, D.tmp.f());
+      cuda_ops::residual_add(D.x.f(), D.tmp.f(), n * H, act_, s);
+    }
+    cuda_ops::rmsnorm(D.x.f() + first * H, D.final_norm.f(), rows, H, eps, act_, D.a.f(), s);
+    lin(*lm_head_, D.a.f(), rows, D.logits.f());
+  };
+
+  bool ran = false;
+  if (n == 1 && D.graphs) {
+    // The buffers a captured step reads and writes (the weights, caches and tables never move).
+    const std::vector<const void*> key = {D.ids.p, D.pos.p, D.x.p,       D.a.p,        D.tmp.p, D.q.p,     D.att.p,
+                                          D.k.p,   D.v.p,   D.g.p,       D.u.p,        D.bits_in.p, D.bits_out.p,
+                                          D.logits.p};
+    if (D.graph && D.graph_key != key) D.graph.reset();
+    if (!D.graph && D.eager_one_token_steps >= 1) {
+      try {
+        // Sized and checked for the last position of the cache; the kernels read the current one from D.pos.
+        D.graph = cuda_ops::StepGraph::capture(s, [&] { step(static_cast<const int32_t*>(D.pos.p), cap_ - 1); });
+        D.graph_key = key;
+      } catch (const Error& e) {
+        D.graphs = false;
+        D.rep.warn(std::string("--ops cuda: decoding without CUDA graphs (") + e.what() + ")");
+      }
+    }
+    if (D.graph) {
+      D.graph->launch(s);
+      ran = true;
+    } else {
+      ++D.eager_one_token_steps;
+    }
   }
-  cuda_ops::rmsnorm(D.x.f() + first * H, D.final_norm.f(), rows, H, eps, act_, D.a.f(), nullptr);
-  lin(*lm_head_, D.a.f(), rows, D.logits.f());
-  cuda_ops::copy_to_host(logits, D.logits.p, static_cast<size_t>(rows * V) * f);  // waits for the work above
+  if (!ran) step(nullptr, pos_);
+  cuda_ops::copy_to_host(logits, D.logits.p, static_cast<size_t>(rows * V) * f, s);  // waits for the step
   pos_ += n;
 #endif
 }

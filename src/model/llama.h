@@ -68,6 +68,11 @@ struct LoadOptions {
   // true = CUDA kernels (backends/cuda/ops) with activations kept on the device; needs a CUDA build, a GPU,
   // and every quantized linear on the device. Throws nvfp4::Error otherwise.
   bool ops_on_device = false;
+  // With ops_on_device: one-token steps (decoding) replay a CUDA graph of the whole step, captured at the
+  // second such step (the first runs eagerly and sets up the per-stream buffers it uses) and captured again
+  // when a buffer it reads has moved; every launch of the step is then one graph launch. The logits are
+  // bit-identical to the eager step's. A capture that fails is reported once and the steps run eagerly.
+  bool cuda_graphs = true;
   // Unquantized model only: quantize nothing, run every linear dense (the default). A quantized checkpoint
   // always runs its quantized linears through QuantizedLinear.
 };
@@ -105,6 +110,8 @@ class LlamaModel {
   struct Layer;
   struct DeviceState;  // device copies and buffers when ops run on the GPU (llama.cpp)
   bool ops_on_device() const { return dev_ != nullptr; }
+  // --ops cuda: one-token steps now replay a captured CUDA graph (LoadOptions::cuda_graphs).
+  bool decode_graph_active() const;
 
  private:
   LlamaModel() = default;

@@ -131,7 +131,9 @@ __global__ void k_rmsnorm(const float* x, const float* w, int64_t d, float eps, 
 
 // ---- RoPE + KV store: one thread per (token, head, i < hd/2) over q heads then k heads ------------------
 __global__ void k_rope_store(float* q, float* k, const float* v, int64_t n, int64_t nh, int64_t nkv, int64_t hd,
-                             const float* cs, int64_t pos0, float* kc, float* vc, int64_t cap, int t) {
+                             const float* cs, int64_t pos0, const int32_t* pos_dev, float* kc, float* vc,
+                             int64_t cap, int t) {
+  if (pos_dev) pos0 = *pos_dev;
   const int64_t half = hd / 2;
   const int64_t per_tok = (nh + nkv) * half;
   const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -164,8 +166,9 @@ constexpr int kAttnThreads = 128;
 constexpr int64_t kMaxHeadDim = 256;
 constexpr int64_t kMaxPositions = 32768;  // 128 KiB of scores (opt-in shared memory above 32 KiB; sm_80+ have >= 163 KiB)
 
-__global__ void k_attention(const float* q, const float* kc, const float* vc, int64_t pos0, int64_t nh, int64_t nkv,
-                            int64_t hd, int64_t cap, float scale, int t, float* out) {
+__global__ void k_attention(const float* q, const float* kc, const float* vc, int64_t pos0, const int32_t* pos_dev,
+                            int64_t nh, int64_t nkv, int64_t hd, int64_t cap, float scale, int t, float* out) {
+  if (pos_dev) pos0 = *pos_dev;
   extern __shared__ float sc[];
   __shared__ float qs[kMaxHeadDim];
   __shared__ float red[32];
@@ -241,16 +244,18 @@ void rmsnorm(const float* x, const float* w, int64_t m, int64_t d, float eps, DT
 }
 
 void rope_store_kv(float* q, float* k, const float* v, int64_t n, int64_t nh, int64_t nkv, int64_t hd,
-                   const float* cs, int64_t pos0, float* kc, float* vc, int64_t cap, DType t, void* stream) {
+                   const float* cs, int64_t pos0, float* kc, float* vc, int64_t cap, DType t, void* stream,
+                   const int32_t* pos_dev) {
   if (pos0 + n > cap) fail("cuda decoder op rope_store_kv: positions beyond the KV cache");
   const int64_t total = n * (nh + nkv) * (hd / 2);
   if (total == 0) return;
-  k_rope_store<<<blocks_for(total, 256), 256, 0, st(stream)>>>(q, k, v, n, nh, nkv, hd, cs, pos0, kc, vc, cap, code_of(t));
+  k_rope_store<<<blocks_for(total, 256), 256, 0, st(stream)>>>(q, k, v, n, nh, nkv, hd, cs, pos0, pos_dev, kc, vc,
+                                                                cap, code_of(t));
   check_launch("rope_store_kv");
 }
 
 void attention(const float* q, const float* kc, const float* vc, int64_t n, int64_t pos0, int64_t nh, int64_t nkv,
-               int64_t hd, int64_t cap, DType t, float* out, void* stream) {
+               int64_t hd, int64_t cap, DType t, float* out, void* stream, const int32_t* pos_dev) {
   if (n == 0) return;
   if (hd > kMaxHeadDim) fail("cuda decoder op attention: head_dim " + std::to_string(hd) + " > 256");
   if (pos0 + n > kMaxPositions) {
@@ -269,7 +274,7 @@ void attention(const float* q, const float* kc, const float* vc, int64_t n, int6
   }
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
   k_attention<<<dim3(static_cast<unsigned>(nh), static_cast<unsigned>(n)), kAttnThreads, shmem, st(stream)>>>(
-      q, kc, vc, pos0, nh, nkv, hd, cap, scale, code_of(t), out);
+      q, kc, vc, pos0, pos_dev, nh, nkv, hd, cap, scale, code_of(t), out);
   check_launch("attention");
 }
 

@@ -30,17 +30,22 @@ void round_bias(float* y, int64_t m, int64_t n, const float* bias, DType t, void
 // out (m, d) = T(T(x · r) · w), r = 1/sqrt(mean(x²) + eps) per row (sum of squares in f64).
 void rmsnorm(const float* x, const float* w, int64_t m, int64_t d, float eps, DType t, float* out, void* stream);
 
-// For token i (position pos0 + i): RoPE (HF rotate_half, cs: (cap, hd) = hd/2 cos then hd/2 sin per position)
+// Positions in rope_store_kv and attention: pos0 + i for token i; or, where pos_dev is non-null, *pos_dev + i
+// with *pos_dev read when the kernel runs (a captured graph replayed at a new position); pos0 is then the
+// largest value *pos_dev will hold, for the bounds checks and the shared memory size.
+
+// For token i: RoPE (HF rotate_half, cs: (cap, hd) = hd/2 cos then hd/2 sin per position)
 // on q (n, nh, hd) in place and on k (n, nkv, hd) in place, results rounded to t; then k and v (n, nkv, hd)
 // are stored into the layer's caches kc / vc: (nkv, cap, hd) f32.
 void rope_store_kv(float* q, float* k, const float* v, int64_t n, int64_t nh, int64_t nkv, int64_t hd,
-                   const float* cs, int64_t pos0, float* kc, float* vc, int64_t cap, DType t, void* stream);
+                   const float* cs, int64_t pos0, float* kc, float* vc, int64_t cap, DType t, void* stream,
+                   const int32_t* pos_dev = nullptr);
 
 // Causal attention with GQA (query head j reads kv head j / (nh/nkv)): for token i at position p = pos0 + i,
 // out[i, j] = T( Σ_{s<=p} softmax_s(q·k_s / sqrt(hd)) · v_s ). q, out: (n, nh, hd); kc, vc: (nkv, cap, hd).
 // Limits: hd <= 256, p < 32768 (scores live in shared memory). Throws otherwise.
 void attention(const float* q, const float* kc, const float* vc, int64_t n, int64_t pos0, int64_t nh, int64_t nkv,
-               int64_t hd, int64_t cap, DType t, float* out, void* stream);
+               int64_t hd, int64_t cap, DType t, float* out, void* stream, const int32_t* pos_dev = nullptr);
 
 // g (n) = T(T(silu(g)) · u)   (silu in f64)
 void silu_mul(float* g, const float* u, int64_t n, DType t, void* stream);
