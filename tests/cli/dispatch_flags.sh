@@ -36,8 +36,10 @@ expect 2 "VLLM_USE_NVFP4_CT_EMULATIONS: invalid value '2'" -- env VLLM_USE_NVFP4
 expect 2 "NVFP4_EMULATION_FLAVOR: invalid value 'x' \(valid: native, vllm\)" -- env NVFP4_EMULATION_FLAVOR=x "${run[@]}"
 expect 2 "disagree" -- env NVFP4_USE_EMULATION=1 VLLM_USE_NVFP4_CT_EMULATIONS=0 "${run[@]}"
 expect 2 "NVFP4_DEVICE: invalid value 'tpu'" -- env NVFP4_DEVICE=tpu "${run[@]}"
+expect 2 "NVFP4_CUDA_GRAPHS: invalid value 'sometimes'" -- env NVFP4_CUDA_GRAPHS=sometimes "${run[@]}"
 # Valid values are accepted: the command gets as far as the (missing) model and fails there with exit 1.
 expect 1 "$missing" -- "${run[@]}" --linear-backend cpu --device cpu --emulation=vllm
+expect 1 "$missing" -- env NVFP4_CUDA_GRAPHS=off "${run[@]}"
 expect 1 "$missing" -- "${run[@]}" --emulation
 expect 1 "$missing" -- env NVFP4_USE_EMULATION=1 NVFP4_EMULATION_FLAVOR=vllm VLLM_USE_NVFP4_CT_EMULATIONS=true "${run[@]}"
 # `--emulation DIR`-style misuse cannot swallow the next argument: --emulation takes no separate value.
