@@ -208,6 +208,7 @@ struct LlamaModel::DeviceState {
   };
   std::map<const Linear*, std::unique_ptr<Dense>> dense;
   DevBuf ids, pos, x, a, tmp, q, att, k, v, g, u, bits_in, bits_out, logits;
+  DevBuf qb, kb, vb, gb, ub;  // T bits of the q/k/v and gate/up outputs (layers whose linears are all NVFP4)
   // Every op of a step runs on this stream; one-token steps replay `graph` (LoadOptions::cuda_graphs), which
   // was captured with the buffers `graph_key` lists.
   std::unique_ptr<cuda_ops::Stream> stream;
@@ -558,6 +559,14 @@ void LlamaModel::forward_device(const int32_t* tokens, int64_t n, float* logits,
   const int64_t widest = std::max({H, nh * hd, I, V});
   D.bits_in.ensure(static_cast<size_t>(n * widest) * 2, dv);
   D.bits_out.ensure(static_cast<size_t>(n * widest) * 2, dv);
+  const bool bits16 = act_ != DType::F32;  // quantized linears exist only in 16-bit models
+  if (bits16) {
+    D.qb.ensure(static_cast<size_t>(n * nh * hd) * 2, dv);
+    D.kb.ensure(static_cast<size_t>(n * nkv * hd) * 2, dv);
+    D.vb.ensure(static_cast<size_t>(n * nkv * hd) * 2, dv);
+    D.gb.ensure(static_cast<size_t>(n * I) * 2, dv);
+    D.ub.ensure(static_cast<size_t>(n * I) * 2, dv);
+  }
   const int64_t first = all_logits ? 0 : n - 1, rows = n - first;
   D.logits.ensure(static_cast<size_t>(rows * V) * f, dv);
   cuda_ops::copy_to_device(D.ids.p, tokens, static_cast<size_t>(n) * 4, s);
@@ -590,6 +599,29 @@ void LlamaModel::forward_device(const int32_t* tokens, int64_t n, float* logits,
       const DeviceState::LayerNorms& nm = *D.norms[static_cast<size_t>(li)];
       float* kc = D.kc.f() + li * nkv * cap_ * hd;
       float* vc = D.vc.f() + li * nkv * cap_ * hd;
+      bool all_nvfp4 = bits16;
+      for (const Linear* l : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) all_nvfp4 = all_nvfp4 && l->q;
+      if (all_nvfp4) {
+        // 14 kernels (plus W4A4's quantizers): the ops around the linears read and write their T bits
+        // directly, instead of a conversion kernel on each side of every linear.
+        uint16_t* const xb = D.bits_in.u16();  // the input bits of the linear(s) next in line
+        cuda_ops::rmsnorm(D.x.f(), nm.in_norm.f(), n, H, eps, act_, D.a.f(), s, xb);
+        L.q.q->forward(xb, n, D.qb.p, s);
+        L.k.q->forward(xb, n, D.kb.p, s);
+        L.v.q->forward(xb, n, D.vb.p, s);
+        cuda_ops::rope_store_kv(D.q.f(), D.k.f(), D.v.f(), n, nh, nkv, hd, D.rope.f(), pos_max, kc, vc, cap_, act_,
+                                s, pos_dev, {D.qb.u16(), D.kb.u16(), D.vb.u16()});
+        cuda_ops::attention(D.q.f(), kc, vc, n, pos_max, nh, nkv, hd, cap_, act_, D.att.f(), s, pos_dev, xb);
+        L.o.q->forward(xb, n, D.bits_out.p, s);
+        cuda_ops::residual_add(D.x.f(), D.tmp.f(), n * H, act_, s, D.bits_out.u16());
+        cuda_ops::rmsnorm(D.x.f(), nm.post_norm.f(), n, H, eps, act_, D.a.f(), s, xb);
+        L.gate.q->forward(xb, n, D.gb.p, s);
+        L.up.q->forward(xb, n, D.ub.p, s);
+        cuda_ops::silu_mul(D.g.f(), D.u.f(), n * I, act_, s, D.gb.u16(), D.ub.u16(), xb);
+        L.down.q->forward(xb, n, D.bits_out.p, s);
+        cuda_ops::residual_add(D.x.f(), D.tmp.f(), n * H, act_, s, D.bits_out.u16());
+        continue;
+      }
       cuda_ops::rmsnorm(D.x.f(), nm.in_norm.f(), n, H, eps, act_, D.a.f(), s);
       lin(L.q, D.a.f(), n, D.q.f());
       lin(L.k, D.a.f(), n, D.k.f());
@@ -615,7 +647,7 @@ void LlamaModel::forward_device(const int32_t* tokens, int64_t n, float* logits,
     // The buffers a captured step reads and writes (the weights, caches and tables never move).
     const std::vector<const void*> key = {D.ids.p, D.pos.p, D.x.p,       D.a.p,        D.tmp.p, D.q.p,     D.att.p,
                                           D.k.p,   D.v.p,   D.g.p,       D.u.p,        D.bits_in.p, D.bits_out.p,
-                                          D.logits.p};
+                                          D.logits.p, D.qb.p,  D.kb.p,  D.vb.p,      D.gb.p,       D.ub.p};
     if (D.graph && D.graph_key != key) D.graph.reset();
     if (!D.graph && D.eager_one_token_steps >= 1) {
       try {

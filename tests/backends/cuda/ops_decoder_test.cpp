@@ -208,3 +208,78 @@ TEST(CudaDecoderOps, GemmBf16AndF32AgainstF64) {
       }
   }
 }
+
+// The 16-bit sides of the ops (read an operand from its T bits, also write the result's bits) and the position
+// read from device memory (graph replays) must give exactly what the f32 forms give: the model's fused decode
+// path relies on it (same values, no conversion kernels).
+TEST(CudaDecoderOps, BitsSidesAndDevicePositionEqualTheF32Forms) {
+  NEED_GPU();
+  for (DType t : {DType::BF16, DType::F16}) {
+    const std::string tag = t == DType::BF16 ? "bf16" : "f16";
+    auto bits_of = [&](const Dev<float>& d) {
+      Dev<uint16_t> b(d.n);
+      co::to_bits16(d.p, d.n, t, b.p, nullptr);
+      return b.get();
+    };
+    // rmsnorm
+    const int64_t m = 3, d = 320;
+    const auto x = rnd(m * d, 1.5f, 20, t), w = rnd(d, 0.3f, 21);
+    Dev<float> dx(x), dw(w), o1(m * d), o2(m * d);
+    Dev<uint16_t> ob(m * d);
+    co::rmsnorm(dx.p, dw.p, m, d, 1e-5f, t, o1.p, nullptr);
+    co::rmsnorm(dx.p, dw.p, m, d, 1e-5f, t, o2.p, nullptr, ob.p);
+    ASSERT_EQ(o1.get(), o2.get()) << tag;
+    ASSERT_EQ(ob.get(), bits_of(o1)) << tag;
+    // silu_mul: inputs from bits, output bits
+    const auto g = rnd(2000, 2.0f, 22, t), u = rnd(2000, 2.0f, 23, t);
+    Dev<float> g1(g), u1(u), g2(std::vector<float>(g.size(), NAN)), u2(std::vector<float>(u.size(), NAN));
+    Dev<uint16_t> gb(std::vector<uint16_t>(g.size())), ub(std::vector<uint16_t>(u.size())), sb(g.size());
+    co::to_bits16(g1.p, g.size(), t, gb.p, nullptr);
+    co::to_bits16(u1.p, u.size(), t, ub.p, nullptr);
+    co::silu_mul(g1.p, u1.p, g.size(), t, nullptr);
+    co::silu_mul(g2.p, u2.p, g.size(), t, nullptr, gb.p, ub.p, sb.p);  // g2/u2 (NaN) must not be read
+    ASSERT_EQ(g1.get(), g2.get()) << tag;
+    ASSERT_EQ(sb.get(), bits_of(g1)) << tag;
+    // residual_add: y from bits
+    const auto rx = rnd(1000, 3.0f, 24, t), ry = rnd(1000, 3.0f, 25, t);
+    Dev<float> x1(rx), x2(rx), y1(ry), ynan(std::vector<float>(ry.size(), NAN));
+    Dev<uint16_t> yb(ry.size());
+    co::to_bits16(y1.p, ry.size(), t, yb.p, nullptr);
+    co::residual_add(x1.p, y1.p, rx.size(), t, nullptr);
+    co::residual_add(x2.p, ynan.p, rx.size(), t, nullptr, yb.p);
+    ASSERT_EQ(x1.get(), x2.get()) << tag;
+    // RoPE + KV store with q/k/v from bits and the position from device memory; attention writing bits
+    const int64_t n = 1, nh = 4, nkv = 2, hd = 32, cap = 24, pos0 = 9;
+    const auto q = rnd(n * nh * hd, 1.0f, 26, t), k = rnd(n * nkv * hd, 1.0f, 27, t), v = rnd(n * nkv * hd, 1.0f, 28, t);
+    std::vector<float> cs(cap * hd);
+    for (int64_t p = 0; p < cap; ++p)
+      for (int64_t i = 0; i < hd / 2; ++i) {
+        cs[p * hd + i] = static_cast<float>(std::cos(0.3 * p * (i + 1)));
+        cs[p * hd + hd / 2 + i] = static_cast<float>(std::sin(0.3 * p * (i + 1)));
+      }
+    const auto kc0 = rnd(nkv * cap * hd, 1.0f, 29, t), vc0 = rnd(nkv * cap * hd, 1.0f, 30, t);
+    Dev<float> q1(q), k1(k), v1(v), q2(std::vector<float>(q.size(), NAN)), k2(std::vector<float>(k.size(), NAN));
+    Dev<float> vnan(std::vector<float>(v.size(), NAN)), dcs(cs), kc1(kc0), vc1(vc0), kc2(kc0), vc2(vc0);
+    Dev<uint16_t> qb(q.size()), kb(k.size()), vb(v.size());
+    co::to_bits16(q1.p, q.size(), t, qb.p, nullptr);
+    co::to_bits16(k1.p, k.size(), t, kb.p, nullptr);
+    co::to_bits16(v1.p, v.size(), t, vb.p, nullptr);
+    Dev<int32_t> dpos(std::vector<int32_t>{static_cast<int32_t>(pos0)});
+    co::rope_store_kv(q1.p, k1.p, v1.p, n, nh, nkv, hd, dcs.p, pos0, kc1.p, vc1.p, cap, t, nullptr);
+    co::rope_store_kv(q2.p, k2.p, vnan.p, n, nh, nkv, hd, dcs.p, cap - n, kc2.p, vc2.p, cap, t, nullptr, dpos.p,
+                      {qb.p, kb.p, vb.p});
+    ASSERT_EQ(q1.get(), q2.get()) << tag;
+    ASSERT_EQ(kc1.get(), kc2.get()) << tag;
+    ASSERT_EQ(vc1.get(), vc2.get()) << tag;
+    Dev<float> a1(n * nh * hd), a2(n * nh * hd);
+    Dev<uint16_t> ab(n * nh * hd);
+    co::attention(q1.p, kc1.p, vc1.p, n, pos0, nh, nkv, hd, cap, t, a1.p, nullptr);
+    co::attention(q1.p, kc1.p, vc1.p, n, cap - n, nh, nkv, hd, cap, t, a2.p, nullptr, dpos.p, ab.p);
+    const auto ha = a1.get();
+    ASSERT_EQ(ha, a2.get()) << tag;
+    ASSERT_EQ(ab.get(), bits_of(a1)) << tag;
+    double nz = 0;
+    for (float z : ha) nz += std::fabs(z);
+    EXPECT_GT(nz, 0.0) << tag;
+  }
+}

@@ -41,6 +41,14 @@ __device__ __forceinline__ uint16_t bf16_bits(float x) {
 }
 __device__ __forceinline__ float bf16_value(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
 
+// The 16-bit pattern of a value already representable in T (t = 1 bf16, 2 f16), and back.
+__device__ __forceinline__ uint16_t bits_t(float x, int t) {
+  return t == 1 ? bf16_bits(x) : __half_as_ushort(__float2half_rn(x));
+}
+__device__ __forceinline__ float value_t(uint16_t b, int t) {
+  return t == 1 ? bf16_value(b) : __half2float(__ushort_as_half(b));
+}
+
 // T(x): the value of x rounded to the activation dtype.
 __device__ __forceinline__ float round_t(float x, int t) {
   if (t == 1) return bf16_value(bf16_bits(x));
@@ -87,13 +95,13 @@ __global__ void k_to_bits(const float* x, int64_t n, int t, uint16_t* out) {
   nvfp4::cuda::detail::pdl_launch_dependents();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
-  out[i] = t == 1 ? bf16_bits(x[i]) : __half_as_ushort(__float2half_rn(x[i]));
+  out[i] = bits_t(x[i], t);
 }
 
 __global__ void k_from_bits(const uint16_t* in, int64_t n, int t, float* x) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
-  x[i] = t == 1 ? bf16_value(in[i]) : __half2float(__ushort_as_half(in[i]));
+  x[i] = value_t(in[i], t);
 }
 
 __global__ void k_round_bias(float* y, int64_t m, int64_t n, const float* bias, int t) {
@@ -103,22 +111,29 @@ __global__ void k_round_bias(float* y, int64_t m, int64_t n, const float* bias, 
   y[i] = bias ? round_t(__fadd_rn(r, bias[i % n]), t) : r;
 }
 
-__global__ void k_silu_mul(float* g, const float* u, int64_t n, int t) {
+// Inputs from their T bits where given (gb, ub), the result also as T bits where ob is given (the next NVFP4
+// linear's input: it may start streaming its weights, as after k_to_bits).
+__global__ void k_silu_mul(float* g, const float* u, int64_t n, int t, const uint16_t* gb, const uint16_t* ub,
+                           uint16_t* ob) {
+  nvfp4::cuda::detail::pdl_launch_dependents();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
-  const double gv = g[i];
+  const double gv = gb ? value_t(gb[i], t) : g[i];
   const float s = round_t(static_cast<float>(gv / (1.0 + exp(-gv))), t);
-  g[i] = round_t(__fmul_rn(s, u[i]), t);
+  const float r = round_t(__fmul_rn(s, ub ? value_t(ub[i], t) : u[i]), t);
+  g[i] = r;
+  if (ob) ob[i] = bits_t(r, t);
 }
 
-__global__ void k_residual(float* x, const float* y, int64_t n, int t) {
+__global__ void k_residual(float* x, const float* y, int64_t n, int t, const uint16_t* yb) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
-  x[i] = round_t(__fadd_rn(x[i], y[i]), t);
+  x[i] = round_t(__fadd_rn(x[i], yb ? value_t(yb[i], t) : y[i]), t);
 }
 
 // ---- rmsnorm: one block per row ------------------------------------------------------------------------
-__global__ void k_rmsnorm(const float* x, const float* w, int64_t d, float eps, int t, float* out) {
+__global__ void k_rmsnorm(const float* x, const float* w, int64_t d, float eps, int t, float* out, uint16_t* ob) {
+  nvfp4::cuda::detail::pdl_launch_dependents();  // ob: the next NVFP4 linear's input, as after k_to_bits
   __shared__ double sh[32];
   const float* xr = x + blockIdx.x * d;
   float* orow = out + blockIdx.x * d;
@@ -126,13 +141,17 @@ __global__ void k_rmsnorm(const float* x, const float* w, int64_t d, float eps, 
   for (int64_t j = threadIdx.x; j < d; j += blockDim.x) ss += static_cast<double>(xr[j]) * xr[j];
   ss = block_sum(ss, sh);
   const float r = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(d) + static_cast<double>(eps)));
-  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) orow[j] = round_t(__fmul_rn(round_t(__fmul_rn(xr[j], r), t), w[j]), t);
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+    const float v = round_t(__fmul_rn(round_t(__fmul_rn(xr[j], r), t), w[j]), t);
+    orow[j] = v;
+    if (ob) ob[blockIdx.x * d + j] = bits_t(v, t);
+  }
 }
 
 // ---- RoPE + KV store: one thread per (token, head, i < hd/2) over q heads then k heads ------------------
 __global__ void k_rope_store(float* q, float* k, const float* v, int64_t n, int64_t nh, int64_t nkv, int64_t hd,
                              const float* cs, int64_t pos0, const int32_t* pos_dev, float* kc, float* vc,
-                             int64_t cap, int t) {
+                             int64_t cap, int t, const uint16_t* qb, const uint16_t* kb, const uint16_t* vb) {
   if (pos_dev) pos0 = *pos_dev;
   const int64_t half = hd / 2;
   const int64_t per_tok = (nh + nkv) * half;
@@ -144,8 +163,10 @@ __global__ void k_rope_store(float* q, float* k, const float* v, int64_t n, int6
   const float c = cs[p * hd + e], s = cs[p * hd + half + e];
   const bool is_q = head < nh;
   const int64_t h = is_q ? head : head - nh;
-  float* vec = is_q ? q + (i * nh + h) * hd : k + (i * nkv + h) * hd;
-  const float a = vec[e], b = vec[e + half];
+  const int64_t at = is_q ? (i * nh + h) * hd : (i * nkv + h) * hd;
+  float* vec = (is_q ? q : k) + at;
+  const uint16_t* vecb = is_q ? qb : kb;
+  const float a = vecb ? value_t(vecb[at + e], t) : vec[e], b = vecb ? value_t(vecb[at + e + half], t) : vec[e + half];
   const float na = round_t(__fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)), t);
   const float nb = round_t(__fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s)), t);
   vec[e] = na;
@@ -153,11 +174,11 @@ __global__ void k_rope_store(float* q, float* k, const float* v, int64_t n, int6
   if (!is_q) {
     float* kd = kc + (h * cap + p) * hd;
     float* vd = vc + (h * cap + p) * hd;
-    const float* vs = v + (i * nkv + h) * hd;
+    const int64_t vat = (i * nkv + h) * hd;
     kd[e] = na;
     kd[e + half] = nb;
-    vd[e] = vs[e];
-    vd[e + half] = vs[e + half];
+    vd[e] = vb ? value_t(vb[vat + e], t) : v[vat + e];
+    vd[e + half] = vb ? value_t(vb[vat + e + half], t) : v[vat + e + half];
   }
 }
 
@@ -167,7 +188,9 @@ constexpr int64_t kMaxHeadDim = 256;
 constexpr int64_t kMaxPositions = 32768;  // 128 KiB of scores (opt-in shared memory above 32 KiB; sm_80+ have >= 163 KiB)
 
 __global__ void k_attention(const float* q, const float* kc, const float* vc, int64_t pos0, const int32_t* pos_dev,
-                            int64_t nh, int64_t nkv, int64_t hd, int64_t cap, float scale, int t, float* out) {
+                            int64_t nh, int64_t nkv, int64_t hd, int64_t cap, float scale, int t, float* out,
+                            uint16_t* ob) {
+  nvfp4::cuda::detail::pdl_launch_dependents();  // ob: the next NVFP4 linear's input, as after k_to_bits
   if (pos_dev) pos0 = *pos_dev;
   extern __shared__ float sc[];
   __shared__ float qs[kMaxHeadDim];
@@ -203,6 +226,7 @@ __global__ void k_attention(const float* q, const float* kc, const float* vc, in
     float acc = 0;
     for (int64_t s = 0; s <= p; ++s) acc = __fadd_rn(acc, __fmul_rn(__fmul_rn(sc[s], inv), vb[s * hd + e]));
     o[e] = round_t(acc, t);
+    if (ob) ob[(i * nh + h) * hd + e] = bits_t(o[e], t);
   }
 }
 
@@ -237,26 +261,31 @@ void round_bias(float* y, int64_t m, int64_t n, const float* bias, DType t, void
   check_launch("round_bias");
 }
 
-void rmsnorm(const float* x, const float* w, int64_t m, int64_t d, float eps, DType t, float* out, void* stream) {
+void rmsnorm(const float* x, const float* w, int64_t m, int64_t d, float eps, DType t, float* out, void* stream,
+             uint16_t* out_bits) {
   if (m == 0) return;
-  k_rmsnorm<<<static_cast<unsigned>(m), 256, 0, st(stream)>>>(x, w, d, eps, code_of(t), out);
+  if (out_bits && code_of(t) == 0) fail("cuda decoder op rmsnorm: F32 has no 16-bit pattern");
+  k_rmsnorm<<<static_cast<unsigned>(m), 256, 0, st(stream)>>>(x, w, d, eps, code_of(t), out, out_bits);
   check_launch("rmsnorm");
 }
 
 void rope_store_kv(float* q, float* k, const float* v, int64_t n, int64_t nh, int64_t nkv, int64_t hd,
                    const float* cs, int64_t pos0, float* kc, float* vc, int64_t cap, DType t, void* stream,
-                   const int32_t* pos_dev) {
+                   const int32_t* pos_dev, const QkvBits& bits) {
   if (pos0 + n > cap) fail("cuda decoder op rope_store_kv: positions beyond the KV cache");
+  if ((bits.q || bits.k || bits.v) && code_of(t) == 0) fail("cuda decoder op rope_store_kv: F32 has no 16-bit pattern");
   const int64_t total = n * (nh + nkv) * (hd / 2);
   if (total == 0) return;
   k_rope_store<<<blocks_for(total, 256), 256, 0, st(stream)>>>(q, k, v, n, nh, nkv, hd, cs, pos0, pos_dev, kc, vc,
-                                                                cap, code_of(t));
+                                                                cap, code_of(t), bits.q, bits.k, bits.v);
   check_launch("rope_store_kv");
 }
 
 void attention(const float* q, const float* kc, const float* vc, int64_t n, int64_t pos0, int64_t nh, int64_t nkv,
-               int64_t hd, int64_t cap, DType t, float* out, void* stream, const int32_t* pos_dev) {
+               int64_t hd, int64_t cap, DType t, float* out, void* stream, const int32_t* pos_dev,
+               uint16_t* out_bits) {
   if (n == 0) return;
+  if (out_bits && code_of(t) == 0) fail("cuda decoder op attention: F32 has no 16-bit pattern");
   if (hd > kMaxHeadDim) fail("cuda decoder op attention: head_dim " + std::to_string(hd) + " > 256");
   if (pos0 + n > kMaxPositions) {
     fail("cuda decoder op attention: position " + std::to_string(pos0 + n) + " beyond the kernel's limit of " +
@@ -274,19 +303,22 @@ void attention(const float* q, const float* kc, const float* vc, int64_t n, int6
   }
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
   k_attention<<<dim3(static_cast<unsigned>(nh), static_cast<unsigned>(n)), kAttnThreads, shmem, st(stream)>>>(
-      q, kc, vc, pos0, pos_dev, nh, nkv, hd, cap, scale, code_of(t), out);
+      q, kc, vc, pos0, pos_dev, nh, nkv, hd, cap, scale, code_of(t), out, out_bits);
   check_launch("attention");
 }
 
-void silu_mul(float* g, const float* u, int64_t n, DType t, void* stream) {
+void silu_mul(float* g, const float* u, int64_t n, DType t, void* stream, const uint16_t* g_bits,
+              const uint16_t* u_bits, uint16_t* out_bits) {
   if (n == 0) return;
-  k_silu_mul<<<blocks_for(n, 256), 256, 0, st(stream)>>>(g, u, n, code_of(t));
+  if ((g_bits || u_bits || out_bits) && code_of(t) == 0) fail("cuda decoder op silu_mul: F32 has no 16-bit pattern");
+  k_silu_mul<<<blocks_for(n, 256), 256, 0, st(stream)>>>(g, u, n, code_of(t), g_bits, u_bits, out_bits);
   check_launch("silu_mul");
 }
 
-void residual_add(float* x, const float* y, int64_t n, DType t, void* stream) {
+void residual_add(float* x, const float* y, int64_t n, DType t, void* stream, const uint16_t* y_bits) {
   if (n == 0) return;
-  k_residual<<<blocks_for(n, 256), 256, 0, st(stream)>>>(x, y, n, code_of(t));
+  if (y_bits && code_of(t) == 0) fail("cuda decoder op residual_add: F32 has no 16-bit pattern");
+  k_residual<<<blocks_for(n, 256), 256, 0, st(stream)>>>(x, y, n, code_of(t), y_bits);
   check_launch("residual_add");
 }
 

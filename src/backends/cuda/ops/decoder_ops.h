@@ -27,8 +27,14 @@ void from_bits16(const uint16_t* in, int64_t n, DType t, float* x, void* stream)
 // y (m, n) = T(T(y) + bias[col]) when bias is non-null, else T(y).
 void round_bias(float* y, int64_t m, int64_t n, const float* bias, DType t, void* stream);
 
+// Optional 16-bit sides (t F16 or BF16): where a `*_bits` input is given the op reads that operand from its T bit
+// patterns instead of the f32 array (the output of an NVFP4 linear, no conversion kernel), and an `out_bits`
+// output also receives the result's bit patterns (the input of the next NVFP4 linear). Values are the same
+// either way.
+
 // out (m, d) = T(T(x · r) · w), r = 1/sqrt(mean(x²) + eps) per row (sum of squares in f64).
-void rmsnorm(const float* x, const float* w, int64_t m, int64_t d, float eps, DType t, float* out, void* stream);
+void rmsnorm(const float* x, const float* w, int64_t m, int64_t d, float eps, DType t, float* out, void* stream,
+             uint16_t* out_bits = nullptr);
 
 // Positions in rope_store_kv and attention: pos0 + i for token i; or, where pos_dev is non-null, *pos_dev + i
 // with *pos_dev read when the kernel runs (a captured graph replayed at a new position); pos0 is then the
@@ -36,21 +42,29 @@ void rmsnorm(const float* x, const float* w, int64_t m, int64_t d, float eps, DT
 
 // For token i: RoPE (HF rotate_half, cs: (cap, hd) = hd/2 cos then hd/2 sin per position)
 // on q (n, nh, hd) in place and on k (n, nkv, hd) in place, results rounded to t; then k and v (n, nkv, hd)
-// are stored into the layer's caches kc / vc: (nkv, cap, hd) f32.
+// are stored into the layer's caches kc / vc: (nkv, cap, hd) f32. With `bits`, q / k / v are read from those
+// bit patterns (the rotated q and k are still written to q and k).
+struct QkvBits {
+  const uint16_t* q = nullptr;
+  const uint16_t* k = nullptr;
+  const uint16_t* v = nullptr;
+};
 void rope_store_kv(float* q, float* k, const float* v, int64_t n, int64_t nh, int64_t nkv, int64_t hd,
                    const float* cs, int64_t pos0, float* kc, float* vc, int64_t cap, DType t, void* stream,
-                   const int32_t* pos_dev = nullptr);
+                   const int32_t* pos_dev = nullptr, const QkvBits& bits = {});
 
 // Causal attention with GQA (query head j reads kv head j / (nh/nkv)): for token i at position p = pos0 + i,
 // out[i, j] = T( Σ_{s<=p} softmax_s(q·k_s / sqrt(hd)) · v_s ). q, out: (n, nh, hd); kc, vc: (nkv, cap, hd).
 // Limits: hd <= 256, p < 32768 (scores live in shared memory). Throws otherwise.
 void attention(const float* q, const float* kc, const float* vc, int64_t n, int64_t pos0, int64_t nh, int64_t nkv,
-               int64_t hd, int64_t cap, DType t, float* out, void* stream, const int32_t* pos_dev = nullptr);
+               int64_t hd, int64_t cap, DType t, float* out, void* stream, const int32_t* pos_dev = nullptr,
+               uint16_t* out_bits = nullptr);
 
 // g (n) = T(T(silu(g)) · u)   (silu in f64)
-void silu_mul(float* g, const float* u, int64_t n, DType t, void* stream);
+void silu_mul(float* g, const float* u, int64_t n, DType t, void* stream, const uint16_t* g_bits = nullptr,
+              const uint16_t* u_bits = nullptr, uint16_t* out_bits = nullptr);
 // x (n) = T(x + y)
-void residual_add(float* x, const float* y, int64_t n, DType t, void* stream);
+void residual_add(float* x, const float* y, int64_t n, DType t, void* stream, const uint16_t* y_bits = nullptr);
 
 // Dense y (m, N) f32 = x (m, K) · Wᵀ with W (N, K) row-major, through cuBLAS, f32 accumulation:
 //   wt == BF16: x and W are bf16 bit patterns (cublasGemmEx, CUBLAS_COMPUTE_32F);
