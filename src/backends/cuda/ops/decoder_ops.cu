@@ -137,14 +137,37 @@ __global__ void k_rmsnorm(const float* x, const float* w, int64_t d, float eps, 
   __shared__ double sh[32];
   const float* xr = x + blockIdx.x * d;
   float* orow = out + blockIdx.x * d;
+  // Each thread's elements j = tid, tid + B, ... in that order (B = blockDim), kBatch loads in flight at a time
+  // (one row per block: at decode the loads' latency, not their bandwidth, is the cost).
+  constexpr int kBatch = 8;
+  const int64_t B = blockDim.x;
   double ss = 0;
-  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) ss += static_cast<double>(xr[j]) * xr[j];
+  for (int64_t j0 = threadIdx.x; j0 < d; j0 += kBatch * B) {
+    float v[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) v[u] = j0 + u * B < d ? xr[j0 + u * B] : 0.0f;
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u)
+      if (j0 + u * B < d) ss += static_cast<double>(v[u]) * v[u];
+  }
   ss = block_sum(ss, sh);
   const float r = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(d) + static_cast<double>(eps)));
-  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
-    const float v = round_t(__fmul_rn(round_t(__fmul_rn(xr[j], r), t), w[j]), t);
-    orow[j] = v;
-    if (ob) ob[blockIdx.x * d + j] = bits_t(v, t);
+  for (int64_t j0 = threadIdx.x; j0 < d; j0 += kBatch * B) {
+    float xv[kBatch], wv[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const bool in = j0 + u * B < d;
+      xv[u] = in ? xr[j0 + u * B] : 0.0f;
+      wv[u] = in ? w[j0 + u * B] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int64_t j = j0 + u * B;
+      if (j >= d) break;
+      const float v = round_t(__fmul_rn(round_t(__fmul_rn(xv[u], r), t), wv[u]), t);
+      orow[j] = v;
+      if (ob) ob[blockIdx.x * d + j] = bits_t(v, t);
+    }
   }
 }
 
@@ -203,10 +226,19 @@ __global__ void k_attention(const float* q, const float* kc, const float* vc, in
   const float* kb = kc + g * cap * hd;
   const float* vb = vc + g * cap * hd;
   float mx = -INFINITY;
+  // The sums below run in their plain sequential order; the loads of kBatch terms are issued first.
+  constexpr int kBatch = 16;
   for (int64_t s = threadIdx.x; s <= p; s += blockDim.x) {
     const float* kr = kb + s * hd;
     float d = 0;
-    for (int64_t e = 0; e < hd; ++e) d = __fadd_rn(d, __fmul_rn(qs[e], kr[e]));
+    for (int64_t e0 = 0; e0 < hd; e0 += kBatch) {
+      float kv[kBatch];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) kv[u] = e0 + u < hd ? kr[e0 + u] : 0.0f;
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u)
+        if (e0 + u < hd) d = __fadd_rn(d, __fmul_rn(qs[e0 + u], kv[u]));
+    }
     d = __fmul_rn(d, scale);
     sc[s] = d;
     mx = fmaxf(mx, d);
@@ -224,7 +256,14 @@ __global__ void k_attention(const float* q, const float* kc, const float* vc, in
   float* o = out + (i * nh + h) * hd;
   for (int64_t e = threadIdx.x; e < hd; e += blockDim.x) {
     float acc = 0;
-    for (int64_t s = 0; s <= p; ++s) acc = __fadd_rn(acc, __fmul_rn(__fmul_rn(sc[s], inv), vb[s * hd + e]));
+    for (int64_t s0 = 0; s0 <= p; s0 += kBatch) {
+      float vv[kBatch];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) vv[u] = s0 + u <= p ? vb[(s0 + u) * hd + e] : 0.0f;
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u)
+        if (s0 + u <= p) acc = __fadd_rn(acc, __fmul_rn(__fmul_rn(sc[s0 + u], inv), vv[u]));
+    }
     o[e] = round_t(acc, t);
     if (ob) ob[(i * nh + h) * hd + e] = bits_t(o[e], t);
   }
