@@ -86,7 +86,8 @@ struct ExecutorSummary {
 
 class LlamaModel {
  public:
-  // dir: HF model directory. Throws nvfp4::Error.
+  // dir: HF model directory. Throws nvfp4::Error. With ops_on_device, a copy of `rep` is kept for the one
+  // warning decoding can give (a CUDA graph that could not be captured): its callbacks must outlive the model.
   static std::unique_ptr<LlamaModel> load(const std::string& dir, const LoadOptions& opt, const Reporter& rep);
   ~LlamaModel();
 
