@@ -133,6 +133,9 @@ int run_generate(int argc, char** argv) {
   std::fprintf(stderr, "nvfp4:       total time = %10.2f ms / %5lld tokens\n", total_ms,
                static_cast<long long>(ids.size() + static_cast<size_t>(generated)));
   std::fprintf(stderr, "nvfp4: threads = %d\n", nvfp4::num_threads());
+  if (model->ops_on_device())
+    std::fprintf(stderr, "nvfp4: decode steps %s\n",
+                 model->decode_graph_active() ? "replayed from a CUDA graph" : "launched kernel by kernel");
   return 0;
 }
 
