@@ -32,6 +32,11 @@ int code_of(DType t) {
   }
 }
 
+// An op given 16-bit operands (uses_bits) needs a 16-bit activation dtype.
+void check_bits16(DType t, bool uses_bits, const char* op) {
+  if (uses_bits && code_of(t) == 0) fail(std::string("cuda decoder op ") + op + ": F32 has no 16-bit pattern");
+}
+
 // f32 -> bf16 bits, round to nearest even; NaN stays NaN (quiet).
 __device__ __forceinline__ uint16_t bf16_bits(float x) {
   uint32_t u = __float_as_uint(x);
@@ -278,16 +283,16 @@ void embed(const float* table, const int32_t* ids, int64_t n, int64_t h, float* 
 }
 
 void to_bits16(const float* x, int64_t n, DType t, uint16_t* out, void* stream) {
+  check_bits16(t, true, "to_bits16");
   const int c = code_of(t);
-  if (c == 0) fail("cuda decoder op to_bits16: F32 has no 16-bit pattern");
   if (n == 0) return;
   k_to_bits<<<blocks_for(n, 256), 256, 0, st(stream)>>>(x, n, c, out);
   check_launch("to_bits16");
 }
 
 void from_bits16(const uint16_t* in, int64_t n, DType t, float* x, void* stream) {
+  check_bits16(t, true, "from_bits16");
   const int c = code_of(t);
-  if (c == 0) fail("cuda decoder op from_bits16: F32 has no 16-bit pattern");
   if (n == 0) return;
   k_from_bits<<<blocks_for(n, 256), 256, 0, st(stream)>>>(in, n, c, x);
   check_launch("from_bits16");
@@ -303,7 +308,7 @@ void round_bias(float* y, int64_t m, int64_t n, const float* bias, DType t, void
 void rmsnorm(const float* x, const float* w, int64_t m, int64_t d, float eps, DType t, float* out, void* stream,
              uint16_t* out_bits) {
   if (m == 0) return;
-  if (out_bits && code_of(t) == 0) fail("cuda decoder op rmsnorm: F32 has no 16-bit pattern");
+  check_bits16(t, out_bits, "rmsnorm");
   k_rmsnorm<<<static_cast<unsigned>(m), 256, 0, st(stream)>>>(x, w, d, eps, code_of(t), out, out_bits);
   check_launch("rmsnorm");
 }
@@ -312,7 +317,7 @@ void rope_store_kv(float* q, float* k, const float* v, int64_t n, int64_t nh, in
                    const float* cs, int64_t pos0, float* kc, float* vc, int64_t cap, DType t, void* stream,
                    const int32_t* pos_dev, const QkvBits& bits) {
   if (pos0 + n > cap) fail("cuda decoder op rope_store_kv: positions beyond the KV cache");
-  if ((bits.q || bits.k || bits.v) && code_of(t) == 0) fail("cuda decoder op rope_store_kv: F32 has no 16-bit pattern");
+  check_bits16(t, bits.q || bits.k || bits.v, "rope_store_kv");
   const int64_t total = n * (nh + nkv) * (hd / 2);
   if (total == 0) return;
   k_rope_store<<<blocks_for(total, 256), 256, 0, st(stream)>>>(q, k, v, n, nh, nkv, hd, cs, pos0, pos_dev, kc, vc,
@@ -324,7 +329,7 @@ void attention(const float* q, const float* kc, const float* vc, int64_t n, int6
                int64_t hd, int64_t cap, DType t, float* out, void* stream, const int32_t* pos_dev,
                uint16_t* out_bits) {
   if (n == 0) return;
-  if (out_bits && code_of(t) == 0) fail("cuda decoder op attention: F32 has no 16-bit pattern");
+  check_bits16(t, out_bits, "attention");
   if (hd > kMaxHeadDim) fail("cuda decoder op attention: head_dim " + std::to_string(hd) + " > 256");
   if (pos0 + n > kMaxPositions) {
     fail("cuda decoder op attention: position " + std::to_string(pos0 + n) + " beyond the kernel's limit of " +
@@ -349,14 +354,14 @@ void attention(const float* q, const float* kc, const float* vc, int64_t n, int6
 void silu_mul(float* g, const float* u, int64_t n, DType t, void* stream, const uint16_t* g_bits,
               const uint16_t* u_bits, uint16_t* out_bits) {
   if (n == 0) return;
-  if ((g_bits || u_bits || out_bits) && code_of(t) == 0) fail("cuda decoder op silu_mul: F32 has no 16-bit pattern");
+  check_bits16(t, g_bits || u_bits || out_bits, "silu_mul");
   k_silu_mul<<<blocks_for(n, 256), 256, 0, st(stream)>>>(g, u, n, code_of(t), g_bits, u_bits, out_bits);
   check_launch("silu_mul");
 }
 
 void residual_add(float* x, const float* y, int64_t n, DType t, void* stream, const uint16_t* y_bits) {
   if (n == 0) return;
-  if (y_bits && code_of(t) == 0) fail("cuda decoder op residual_add: F32 has no 16-bit pattern");
+  check_bits16(t, y_bits, "residual_add");
   k_residual<<<blocks_for(n, 256), 256, 0, st(stream)>>>(x, y, n, code_of(t), y_bits);
   check_launch("residual_add");
 }
