@@ -86,41 +86,85 @@ __device__ float block_max(float v, float* sh) {
 
 unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
 
+using nvfp4::cuda::detail::pdl_launch_dependents;
+using nvfp4::cuda::detail::pdl_wait;
+
+// Programmatic dependent launch (sm_90+) of the op kernels: each may be scheduled while the kernel before it
+// in the stream (a linear, another op) still runs. Every op kernel therefore begins with pdl_wait, before
+// which it reads only what no kernel writes (norm weights), and then calls pdl_launch_dependents, so that the
+// kernel after it (an NVFP4 linear streams its first weights before it waits) starts while it runs, and at
+// most one grid waits ahead of the running one. Below sm_90 (and for a kernel launched without the attribute)
+// pdl_wait returns at once and the launches are ordinary.
+bool programmatic_here() {
+  static std::atomic<int> major[64];  // per device: compute capability major + 1; 0 = not read yet
+  int dev = 0;
+  check(cudaGetDevice(&dev), "cudaGetDevice");
+  if (dev < 64 && major[dev].load(std::memory_order_relaxed) > 0) return major[dev].load(std::memory_order_relaxed) > 9;
+  int m = 0;
+  check(cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, dev), "cudaDeviceGetAttribute");
+  if (dev < 64) major[dev].store(m + 1, std::memory_order_relaxed);
+  return m >= 9;
+}
+
+template <typename... P, typename... A>
+void launch_op(const char* op, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, void* stream,
+               A&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = st(stream);
+  cudaLaunchAttribute attr[1];
+  if (programmatic_here()) {
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
+  check(cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...), op);
+}
+
+// The first statements of every op kernel (see programmatic_here).
+__device__ __forceinline__ void op_begin() {
+  pdl_wait();
+  pdl_launch_dependents();
+}
+
 // ---- elementwise -------------------------------------------------------------------------------------
 __global__ void k_embed(const float* table, const int32_t* ids, int64_t n, int64_t h, float* x) {
+  op_begin();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n * h) return;
   const int64_t r = i / h, c = i % h;
   x[i] = table[static_cast<int64_t>(ids[r]) * h + c];
 }
 
-// Writes the input of the next NVFP4 linear, whose kernels are launched programmatically: it may start
-// streaming its weights now (it waits for this grid before it reads `out`).
 __global__ void k_to_bits(const float* x, int64_t n, int t, uint16_t* out) {
-  nvfp4::cuda::detail::pdl_launch_dependents();
+  op_begin();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   out[i] = bits_t(x[i], t);
 }
 
 __global__ void k_from_bits(const uint16_t* in, int64_t n, int t, float* x) {
+  op_begin();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   x[i] = value_t(in[i], t);
 }
 
 __global__ void k_round_bias(float* y, int64_t m, int64_t n, const float* bias, int t) {
+  op_begin();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= m * n) return;
   const float r = round_t(y[i], t);
   y[i] = bias ? round_t(__fadd_rn(r, bias[i % n]), t) : r;
 }
 
-// Inputs from their T bits where given (gb, ub), the result also as T bits where ob is given (the next NVFP4
-// linear's input: it may start streaming its weights, as after k_to_bits).
+// Inputs from their T bits where given (gb, ub), the result also as T bits where ob is given.
 __global__ void k_silu_mul(float* g, const float* u, int64_t n, int t, const uint16_t* gb, const uint16_t* ub,
                            uint16_t* ob) {
-  nvfp4::cuda::detail::pdl_launch_dependents();
+  op_begin();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   const double gv = gb ? value_t(gb[i], t) : g[i];
@@ -131,42 +175,52 @@ __global__ void k_silu_mul(float* g, const float* u, int64_t n, int t, const uin
 }
 
 __global__ void k_residual(float* x, const float* y, int64_t n, int t, const uint16_t* yb) {
+  op_begin();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   x[i] = round_t(__fadd_rn(x[i], yb ? value_t(yb[i], t) : y[i]), t);
 }
 
 // ---- rmsnorm: one block per row ------------------------------------------------------------------------
+// Each thread's elements are j = tid, tid + B, ... in that order (B = blockDim), kRmsBatch loads in flight at a
+// time (one row per block: at decode the loads' latency, not their bandwidth, is the cost). The launcher gives
+// rows of up to kRmsBatch * 1024 elements enough threads for one round, whose values stay in registers between
+// the sum of squares and the output, and whose norm weights are read before the wait for the previous kernel.
+constexpr int kRmsBatch = 8;
+
 __global__ void k_rmsnorm(const float* x, const float* w, int64_t d, float eps, int t, float* out, uint16_t* ob) {
-  nvfp4::cuda::detail::pdl_launch_dependents();  // ob: the next NVFP4 linear's input, as after k_to_bits
   __shared__ double sh[32];
+  const int64_t B = blockDim.x;
+  const bool one_round = d <= kRmsBatch * B;
+  float xv[kRmsBatch], wv[kRmsBatch];
+  if (one_round) {
+#pragma unroll
+    for (int u = 0; u < kRmsBatch; ++u) wv[u] = threadIdx.x + u * B < d ? w[threadIdx.x + u * B] : 0.0f;
+  }
+  op_begin();
   const float* xr = x + blockIdx.x * d;
   float* orow = out + blockIdx.x * d;
-  // Each thread's elements j = tid, tid + B, ... in that order (B = blockDim), kBatch loads in flight at a time
-  // (one row per block: at decode the loads' latency, not their bandwidth, is the cost).
-  constexpr int kBatch = 8;
-  const int64_t B = blockDim.x;
   double ss = 0;
-  for (int64_t j0 = threadIdx.x; j0 < d; j0 += kBatch * B) {
-    float v[kBatch];
+  for (int64_t j0 = threadIdx.x; j0 < d; j0 += kRmsBatch * B) {
 #pragma unroll
-    for (int u = 0; u < kBatch; ++u) v[u] = j0 + u * B < d ? xr[j0 + u * B] : 0.0f;
+    for (int u = 0; u < kRmsBatch; ++u) xv[u] = j0 + u * B < d ? xr[j0 + u * B] : 0.0f;
 #pragma unroll
-    for (int u = 0; u < kBatch; ++u)
-      if (j0 + u * B < d) ss += static_cast<double>(v[u]) * v[u];
+    for (int u = 0; u < kRmsBatch; ++u)
+      if (j0 + u * B < d) ss += static_cast<double>(xv[u]) * xv[u];
   }
   ss = block_sum(ss, sh);
   const float r = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(d) + static_cast<double>(eps)));
-  for (int64_t j0 = threadIdx.x; j0 < d; j0 += kBatch * B) {
-    float xv[kBatch], wv[kBatch];
+  for (int64_t j0 = threadIdx.x; j0 < d; j0 += kRmsBatch * B) {
+    if (!one_round) {
 #pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      const bool in = j0 + u * B < d;
-      xv[u] = in ? xr[j0 + u * B] : 0.0f;
-      wv[u] = in ? w[j0 + u * B] : 0.0f;
+      for (int u = 0; u < kRmsBatch; ++u) {
+        const bool in = j0 + u * B < d;
+        xv[u] = in ? xr[j0 + u * B] : 0.0f;
+        wv[u] = in ? w[j0 + u * B] : 0.0f;
+      }
     }
 #pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
+    for (int u = 0; u < kRmsBatch; ++u) {
       const int64_t j = j0 + u * B;
       if (j >= d) break;
       const float v = round_t(__fmul_rn(round_t(__fmul_rn(xv[u], r), t), wv[u]), t);
@@ -180,6 +234,7 @@ __global__ void k_rmsnorm(const float* x, const float* w, int64_t d, float eps, 
 __global__ void k_rope_store(float* q, float* k, const float* v, int64_t n, int64_t nh, int64_t nkv, int64_t hd,
                              const float* cs, int64_t pos0, const int32_t* pos_dev, float* kc, float* vc,
                              int64_t cap, int t, const uint16_t* qb, const uint16_t* kb, const uint16_t* vb) {
+  op_begin();
   if (pos_dev) pos0 = *pos_dev;
   const int64_t half = hd / 2;
   const int64_t per_tok = (nh + nkv) * half;
@@ -211,44 +266,60 @@ __global__ void k_rope_store(float* q, float* k, const float* v, int64_t n, int6
 }
 
 // ---- attention: one block per (query head, token); scores in dynamic shared memory ----------------------
-constexpr int kAttnThreads = 128;
+// Warp w of the block takes the positions s = w, w + kAttnWarps, ...; lane l the head elements e = l + 32u
+// (u < kE). Scores: each lane's partial dot product over its elements in order of u, then a butterfly sum
+// over the lanes (every lane ends with the same value: each step adds the same two numbers on both sides).
+// Weighted sum: each warp sums its positions in order, then the warps' sums are added in warp order. Loads of
+// kAttnPos positions are issued before they are used.
+constexpr int kAttnWarps = 4;
+constexpr int kAttnThreads = 32 * kAttnWarps;
+constexpr int kAttnPos = 4;
 constexpr int64_t kMaxHeadDim = 256;
 constexpr int64_t kMaxPositions = 32768;  // 128 KiB of scores (opt-in shared memory above 32 KiB; sm_80+ have >= 163 KiB)
 
+template <int kE>
 __global__ void k_attention(const float* q, const float* kc, const float* vc, int64_t pos0, const int32_t* pos_dev,
                             int64_t nh, int64_t nkv, int64_t hd, int64_t cap, float scale, int t, float* out,
                             uint16_t* ob) {
-  nvfp4::cuda::detail::pdl_launch_dependents();  // ob: the next NVFP4 linear's input, as after k_to_bits
+  op_begin();
   if (pos_dev) pos0 = *pos_dev;
   extern __shared__ float sc[];
-  __shared__ float qs[kMaxHeadDim];
+  __shared__ float part[kAttnWarps][kE * 32];
   __shared__ float red[32];
+  const int w = threadIdx.x / 32, l = threadIdx.x % 32;
   const int64_t h = blockIdx.x, i = blockIdx.y;
   const int64_t p = pos0 + i, g = h / (nh / nkv);
   const float* qh = q + (i * nh + h) * hd;
-  for (int64_t e = threadIdx.x; e < hd; e += blockDim.x) qs[e] = qh[e];
-  __syncthreads();
   const float* kb = kc + g * cap * hd;
   const float* vb = vc + g * cap * hd;
+  float qv[kE];
+#pragma unroll
+  for (int u = 0; u < kE; ++u) qv[u] = l + 32 * u < hd ? qh[l + 32 * u] : 0.0f;
   float mx = -INFINITY;
-  // The sums below run in their plain sequential order; the loads of kBatch terms are issued first.
-  constexpr int kBatch = 16;
-  for (int64_t s = threadIdx.x; s <= p; s += blockDim.x) {
-    const float* kr = kb + s * hd;
-    float d = 0;
-    for (int64_t e0 = 0; e0 < hd; e0 += kBatch) {
-      float kv[kBatch];
+  for (int64_t s0 = w; s0 <= p; s0 += kAttnWarps * kAttnPos) {
+    float kv[kAttnPos][kE];
 #pragma unroll
-      for (int u = 0; u < kBatch; ++u) kv[u] = e0 + u < hd ? kr[e0 + u] : 0.0f;
+    for (int j = 0; j < kAttnPos; ++j) {
+      const int64_t s = s0 + j * kAttnWarps;
 #pragma unroll
-      for (int u = 0; u < kBatch; ++u)
-        if (e0 + u < hd) d = __fadd_rn(d, __fmul_rn(qs[e0 + u], kv[u]));
+      for (int u = 0; u < kE; ++u) kv[j][u] = s <= p && l + 32 * u < hd ? kb[s * hd + l + 32 * u] : 0.0f;
     }
-    d = __fmul_rn(d, scale);
-    sc[s] = d;
-    mx = fmaxf(mx, d);
+#pragma unroll
+    for (int j = 0; j < kAttnPos; ++j) {
+      float d = 0;
+#pragma unroll
+      for (int u = 0; u < kE; ++u) d = __fadd_rn(d, __fmul_rn(qv[u], kv[j][u]));
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) d = __fadd_rn(d, __shfl_xor_sync(0xFFFFFFFFu, d, o));
+      const int64_t s = s0 + j * kAttnWarps;
+      if (s <= p) {
+        d = __fmul_rn(d, scale);
+        if (l == 0) sc[s] = d;
+        mx = fmaxf(mx, d);
+      }
+    }
   }
-  mx = block_max(mx, red);
+  mx = block_max(mx, red);  // its barriers also make the scores visible
   float sum = 0;
   for (int64_t s = threadIdx.x; s <= p; s += blockDim.x) {
     const float e = expf(sc[s] - mx);
@@ -258,19 +329,36 @@ __global__ void k_attention(const float* q, const float* kc, const float* vc, in
   sum = block_sum(sum, red);
   const float inv = 1.0f / sum;
   __syncthreads();
-  float* o = out + (i * nh + h) * hd;
-  for (int64_t e = threadIdx.x; e < hd; e += blockDim.x) {
-    float acc = 0;
-    for (int64_t s0 = 0; s0 <= p; s0 += kBatch) {
-      float vv[kBatch];
+  float acc[kE];
 #pragma unroll
-      for (int u = 0; u < kBatch; ++u) vv[u] = s0 + u <= p ? vb[(s0 + u) * hd + e] : 0.0f;
+  for (int u = 0; u < kE; ++u) acc[u] = 0;
+  for (int64_t s0 = w; s0 <= p; s0 += kAttnWarps * kAttnPos) {
+    float vv[kAttnPos][kE];
 #pragma unroll
-      for (int u = 0; u < kBatch; ++u)
-        if (s0 + u <= p) acc = __fadd_rn(acc, __fmul_rn(__fmul_rn(sc[s0 + u], inv), vv[u]));
+    for (int j = 0; j < kAttnPos; ++j) {
+      const int64_t s = s0 + j * kAttnWarps;
+#pragma unroll
+      for (int u = 0; u < kE; ++u) vv[j][u] = s <= p && l + 32 * u < hd ? vb[s * hd + l + 32 * u] : 0.0f;
     }
-    o[e] = round_t(acc, t);
-    if (ob) ob[(i * nh + h) * hd + e] = bits_t(o[e], t);
+#pragma unroll
+    for (int j = 0; j < kAttnPos; ++j) {
+      const int64_t s = s0 + j * kAttnWarps;
+      if (s > p) break;
+      const float pw = __fmul_rn(sc[s], inv);
+#pragma unroll
+      for (int u = 0; u < kE; ++u) acc[u] = __fadd_rn(acc[u], __fmul_rn(pw, vv[j][u]));
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < kE; ++u) part[w][l + 32 * u] = acc[u];
+  __syncthreads();
+  for (int64_t e = threadIdx.x; e < hd; e += blockDim.x) {
+    float o = part[0][e];
+#pragma unroll
+    for (int v = 1; v < kAttnWarps; ++v) o = __fadd_rn(o, part[v][e]);
+    o = round_t(o, t);
+    out[(i * nh + h) * hd + e] = o;
+    if (ob) ob[(i * nh + h) * hd + e] = bits_t(o, t);
   }
 }
 
@@ -278,6 +366,7 @@ __global__ void k_attention(const float* q, const float* kc, const float* vc, in
 
 void embed(const float* table, const int32_t* ids, int64_t n, int64_t h, float* x, void* stream) {
   if (n * h == 0) return;
+  // An ordinary launch: in a decoding step the work before it is the copy of the token ids.
   k_embed<<<blocks_for(n * h, 256), 256, 0, st(stream)>>>(table, ids, n, h, x);
   check_launch("embed");
 }
@@ -286,31 +375,31 @@ void to_bits16(const float* x, int64_t n, DType t, uint16_t* out, void* stream) 
   check_bits16(t, true, "to_bits16");
   const int c = code_of(t);
   if (n == 0) return;
-  k_to_bits<<<blocks_for(n, 256), 256, 0, st(stream)>>>(x, n, c, out);
-  check_launch("to_bits16");
+  launch_op("to_bits16", k_to_bits, blocks_for(n, 256), 256, 0, stream, x, n, c, out);
 }
 
 void from_bits16(const uint16_t* in, int64_t n, DType t, float* x, void* stream) {
   check_bits16(t, true, "from_bits16");
   const int c = code_of(t);
   if (n == 0) return;
-  k_from_bits<<<blocks_for(n, 256), 256, 0, st(stream)>>>(in, n, c, x);
-  check_launch("from_bits16");
+  launch_op("from_bits16", k_from_bits, blocks_for(n, 256), 256, 0, stream, in, n, c, x);
 }
 
 void round_bias(float* y, int64_t m, int64_t n, const float* bias, DType t, void* stream) {
   const int c = code_of(t);
   if (m * n == 0 || (c == 0 && !bias)) return;
-  k_round_bias<<<blocks_for(m * n, 256), 256, 0, st(stream)>>>(y, m, n, bias, c);
-  check_launch("round_bias");
+  launch_op("round_bias", k_round_bias, blocks_for(m * n, 256), 256, 0, stream, y, m, n, bias, c);
 }
 
 void rmsnorm(const float* x, const float* w, int64_t m, int64_t d, float eps, DType t, float* out, void* stream,
              uint16_t* out_bits) {
   if (m == 0) return;
   check_bits16(t, out_bits, "rmsnorm");
-  k_rmsnorm<<<static_cast<unsigned>(m), 256, 0, st(stream)>>>(x, w, d, eps, code_of(t), out, out_bits);
-  check_launch("rmsnorm");
+  // One round of kRmsBatch loads per thread where 1024 threads suffice; at least 128 threads.
+  const int64_t want = (d + kRmsBatch - 1) / kRmsBatch;
+  const int threads = static_cast<int>(std::min<int64_t>(1024, std::max<int64_t>(128, (want + 31) / 32 * 32)));
+  launch_op("rmsnorm", k_rmsnorm, dim3(static_cast<unsigned>(m)), dim3(threads), 0, stream, x, w, d, eps, code_of(t),
+            out, out_bits);
 }
 
 void rope_store_kv(float* q, float* k, const float* v, int64_t n, int64_t nh, int64_t nkv, int64_t hd,
@@ -320,9 +409,8 @@ void rope_store_kv(float* q, float* k, const float* v, int64_t n, int64_t nh, in
   check_bits16(t, bits.q || bits.k || bits.v, "rope_store_kv");
   const int64_t total = n * (nh + nkv) * (hd / 2);
   if (total == 0) return;
-  k_rope_store<<<blocks_for(total, 256), 256, 0, st(stream)>>>(q, k, v, n, nh, nkv, hd, cs, pos0, pos_dev, kc, vc,
-                                                                cap, code_of(t), bits.q, bits.k, bits.v);
-  check_launch("rope_store_kv");
+  launch_op("rope_store_kv", k_rope_store, blocks_for(total, 256), 256, 0, stream, q, k, v, n, nh, nkv, hd, cs, pos0,
+            pos_dev, kc, vc, cap, code_of(t), bits.q, bits.k, bits.v);
 }
 
 void attention(const float* q, const float* kc, const float* vc, int64_t n, int64_t pos0, int64_t nh, int64_t nkv,
@@ -336,34 +424,38 @@ void attention(const float* q, const float* kc, const float* vc, int64_t n, int6
          std::to_string(kMaxPositions));
   }
   if (nkv <= 0 || nh % nkv != 0) fail("cuda decoder op attention: heads not a multiple of kv heads");
-  // Scores plus 4 floats of slack, rounded to 16 bytes: ptxas merges the guarded tail loads of the
-  // score loops into one wider shared load (up to 12 bytes past the last score read; seen with
-  // compute-sanitizer memcheck), which must stay inside the allocation.
+  // Scores plus 4 floats of slack, rounded to 16 bytes: ptxas may merge guarded tail loads of the score
+  // loops into one wider shared load (up to 12 bytes past the last score read; seen with compute-sanitizer
+  // memcheck on an earlier form of the kernel), which must stay inside the allocation.
   const size_t shmem = static_cast<size_t>((pos0 + n + 4 + 3) / 4 * 4) * sizeof(float);
-  // The static arrays (q, reduction slots) take ~1.2 KiB; past 32 KiB of scores the 48 KiB default is opted out of.
-  if (shmem > 32 * 1024) {
-    check(cudaFuncSetAttribute(k_attention, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shmem)),
-          "attention shared memory opt-in");
-  }
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
-  k_attention<<<dim3(static_cast<unsigned>(nh), static_cast<unsigned>(n)), kAttnThreads, shmem, st(stream)>>>(
-      q, kc, vc, pos0, pos_dev, nh, nkv, hd, cap, scale, code_of(t), out, out_bits);
-  check_launch("attention");
+  auto go = [&](auto kernel) {
+    // The static arrays (per-warp sums, reduction slots) take <= 4.2 KiB; past 32 KiB of scores the 48 KiB
+    // default is opted out of.
+    if (shmem > 32 * 1024) {
+      check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shmem)),
+            "attention shared memory opt-in");
+    }
+    launch_op("attention", kernel, dim3(static_cast<unsigned>(nh), static_cast<unsigned>(n)), dim3(kAttnThreads),
+              shmem, stream, q, kc, vc, pos0, pos_dev, nh, nkv, hd, cap, scale, code_of(t), out, out_bits);
+  };
+  if (hd <= 32) go(k_attention<1>);
+  else if (hd <= 64) go(k_attention<2>);
+  else if (hd <= 128) go(k_attention<4>);
+  else go(k_attention<8>);
 }
 
 void silu_mul(float* g, const float* u, int64_t n, DType t, void* stream, const uint16_t* g_bits,
               const uint16_t* u_bits, uint16_t* out_bits) {
   if (n == 0) return;
   check_bits16(t, g_bits || u_bits || out_bits, "silu_mul");
-  k_silu_mul<<<blocks_for(n, 256), 256, 0, st(stream)>>>(g, u, n, code_of(t), g_bits, u_bits, out_bits);
-  check_launch("silu_mul");
+  launch_op("silu_mul", k_silu_mul, blocks_for(n, 256), 256, 0, stream, g, u, n, code_of(t), g_bits, u_bits, out_bits);
 }
 
 void residual_add(float* x, const float* y, int64_t n, DType t, void* stream, const uint16_t* y_bits) {
   if (n == 0) return;
   check_bits16(t, y_bits, "residual_add");
-  k_residual<<<blocks_for(n, 256), 256, 0, st(stream)>>>(x, y, n, code_of(t), y_bits);
-  check_launch("residual_add");
+  launch_op("residual_add", k_residual, blocks_for(n, 256), 256, 0, stream, x, y, n, code_of(t), y_bits);
 }
 
 void synchronize(void* stream) {
