@@ -58,7 +58,7 @@ if [ -n "$model" ]; then
     if [ "${name%%_*}" = cpu ]; then ref[$sem]="$ans"; same="(reference)"
     elif [ "${ref[$sem]:-}" = "$ans" ]; then same="yes"; else same="no"; fi
     echo "| $name | \`$flags\` | ${ans:0:90} | $ppl | $same |" >>"$summary"
-    grep -E "on cuda|on cpu|warning" "$log" | sort -u | head -6 | sed 's/^/    /' >>"$out/executors.txt"
+    grep -E "on cuda|on cpu|warning" "$log" | sort -u | head -12 | sed 's/^/    /' >>"$out/executors.txt"
   done <<'RUNS'
 cpu_w4a16|w4a16|--device cpu --semantics w4a16
 cpu_w4a4|w4a4|--device cpu --semantics w4a4

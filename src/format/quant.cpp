@@ -37,6 +37,47 @@ float linear_output_factor(const LinearWeights& w, Semantics s) {
   return 1.0f;
 }
 
+bool concat_linear_outputs(std::vector<LinearWeights>* parts, LinearWeights* out, std::string* why) {
+  auto no = [&](const std::string& r) {
+    if (why) *why = r;
+    return false;
+  };
+  if (parts->empty()) return no("nothing to concatenate");
+  const LinearWeights& a = parts->front();
+  auto same_scale = [](const GlobalScale& x, const GlobalScale& y) { return x.enc == y.enc && x.dec == y.dec; };
+  int64_t rows = 0;
+  for (const LinearWeights& p : *parts) {
+    if (p.in_features() != a.in_features())
+      return no(p.name + " has " + std::to_string(p.in_features()) + " inputs, " + a.name + " " +
+                std::to_string(a.in_features()));
+    if (!same_scale(p.weight.global, a.weight.global))
+      return no(p.name + " and " + a.name + " have different weight global scales");
+    if (p.has_input_scale != a.has_input_scale ||
+        (a.has_input_scale && !same_scale(p.input_global, a.input_global)))
+      return no(p.name + " and " + a.name + " have different input global scales");
+    if (p.bias.empty() != a.bias.empty()) return no(p.name + " and " + a.name + " differ in having a bias");
+    rows += p.out_features();
+  }
+  LinearWeights f;
+  f.weight.rows = rows;
+  f.weight.cols = a.in_features();
+  f.weight.global = a.weight.global;
+  f.has_input_scale = a.has_input_scale;
+  f.input_global = a.input_global;
+  f.weight.codes.reserve(static_cast<size_t>(rows * a.in_features() / 2));
+  f.weight.scales.reserve(static_cast<size_t>(rows * a.in_features() / 16));
+  for (LinearWeights& p : *parts) {
+    f.name += (f.name.empty() ? "" : "+") + p.name;
+    f.weight.codes.insert(f.weight.codes.end(), p.weight.codes.begin(), p.weight.codes.end());
+    f.weight.scales.insert(f.weight.scales.end(), p.weight.scales.begin(), p.weight.scales.end());
+    f.bias.insert(f.bias.end(), p.bias.begin(), p.bias.end());
+    std::vector<uint8_t>().swap(p.weight.codes);
+    std::vector<uint8_t>().swap(p.weight.scales);
+  }
+  *out = std::move(f);
+  return true;
+}
+
 const char* semantics_name(Semantics s) {
   switch (s) {
     case Semantics::W4A16: return "w4a16";

@@ -55,6 +55,14 @@ struct LinearWeights {
 // D_w (w4a16), alpha = f32(D_x·D_w) (w4a4), 1 (w4a4-vllm, whose rounded operands carry the global scales).
 float linear_output_factor(const LinearWeights& w, Semantics s);
 
+// Linears that read the same input (q/k/v, gate/up) as one: *out gets parts[0]'s rows, then parts[1]'s, ...
+// (name "a+b+c"), so that one kernel computes them all. Exact (every output the value its part gives, up to
+// the executor's f32 summation order) only where the parts share every number an executor applies per layer:
+// the weight global scale and the input global scale (and whether there is one); and either every part has a
+// bias or none has; and the same in_features. Otherwise returns false with the reason in *why and leaves the
+// parts unchanged; on success the parts' codes and scales are released (copied into *out).
+bool concat_linear_outputs(std::vector<LinearWeights>* parts, LinearWeights* out, std::string* why);
+
 // ---- compressed-tensors weight writer (SPEC §3), bit-exact with compressed-tensors -------------------
 // max |w| over n values (exact).
 float abs_max(const float* w, int64_t n);

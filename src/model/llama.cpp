@@ -159,8 +159,12 @@ struct LlamaModel::Linear {
   std::vector<float> f32;        // owned storage for dense.f32
   std::vector<float> bias;       // (N) values in T; empty when none
   bool round_output = true;      // false for lm_head (f32 logits)
-  // quantized
-  std::unique_ptr<QuantizedLinear> q;
+  // quantized: q computes this linear's outputs as its columns col0 .. col0 + n - 1. With --ops cuda the
+  // linears of a fused set (q/k/v, gate/up; concat_linear_outputs) share one q, whose outputs are theirs
+  // side by side; otherwise q is this linear's alone (col0 0).
+  std::shared_ptr<QuantizedLinear> q;
+  int64_t col0 = 0;
+  bool fused() const { return q && q->out_features() != n; }
 };
 
 struct LlamaModel::Layer {
@@ -294,20 +298,79 @@ struct Loader {
     return reinterpret_cast<const uint16_t*>(tv.data);
   }
 
+  bool quantized(const std::string& name) const {
+    const io::LinearInfo* info = ck.find_linear(name);
+    return info && info->scheme != io::QuantScheme::None;
+  }
+
+  // A quantized linear's weights, checked against the expected shape, and its selection (reported).
+  LinearWeights load_quantized(const std::string& name, int64_t n, int64_t k, Selection* sel) const {
+    LinearWeights w = ck.load_linear(name, rep);
+    if (w.out_features() != n || w.in_features() != k) {
+      fail(ck.path() + ": quantized linear '" + name + "' is (" + std::to_string(w.out_features()) + ", " +
+           std::to_string(w.in_features()) + "), expected (" + std::to_string(n) + ", " + std::to_string(k) + ")");
+    }
+    *bytes += static_cast<uint64_t>(n * k / 2 + n * k / 16);
+    *sel = select_linear(dev, build, scheme_of(w), ov);
+    report_selection(*sel, rep);
+    return w;
+  }
+
+  struct Part {
+    std::string name;
+    int64_t n;
+    LlamaModel::Linear* l;
+  };
+  // Linears that read the same input (k inputs each). With `fuse`, quantized ones with the same selection and
+  // scales become one QuantizedLinear (concat_linear_outputs) that every part points to; otherwise, or when
+  // they cannot be fused, each is loaded on its own (the reason is logged at debug level).
+  void linears(std::initializer_list<Part> parts, int64_t k, bool bias_allowed, bool fuse) const {
+    bool all_q = fuse && parts.size() > 1;
+    for (const Part& p : parts) all_q = all_q && quantized(p.name);
+    if (!all_q) {
+      for (const Part& p : parts) linear(p.name, p.n, k, bias_allowed, p.l);
+      return;
+    }
+    std::vector<LinearWeights> ws;
+    std::vector<Selection> sels(parts.size());
+    for (const Part& p : parts) ws.push_back(load_quantized(p.name, p.n, k, &sels[ws.size()]));
+    std::string why;
+    for (const Selection& sel : sels) {
+      if (sel.semantics != sels[0].semantics || sel.executor != sels[0].executor || sel.device != sels[0].device)
+        why = "their executors differ";
+    }
+    LinearWeights f;
+    if (why.empty() && concat_linear_outputs(&ws, &f, &why)) {
+      std::shared_ptr<QuantizedLinear> q = QuantizedLinear::create(std::move(f), sels[0], act);
+      int64_t col = 0;
+      for (const Part& p : parts) {
+        p.l->name = p.name;
+        p.l->n = p.n;
+        p.l->k = k;
+        p.l->q = q;
+        p.l->col0 = col;
+        col += p.n;
+      }
+      return;
+    }
+    rep.debug("not fused (" + why + "): " + parts.begin()->name + " and the linears beside it");
+    size_t i = 0;
+    for (const Part& p : parts) {
+      p.l->name = p.name;
+      p.l->n = p.n;
+      p.l->k = k;
+      p.l->q = QuantizedLinear::create(std::move(ws[i]), sels[i], act);
+      ++i;
+    }
+  }
+
   void linear(const std::string& name, int64_t n, int64_t k, bool bias_allowed, LlamaModel::Linear* l) const {
     l->name = name;
     l->n = n;
     l->k = k;
-    const io::LinearInfo* info = ck.find_linear(name);
-    if (info && info->scheme != io::QuantScheme::None) {
-      LinearWeights w = ck.load_linear(name, rep);
-      if (w.out_features() != n || w.in_features() != k) {
-        fail(ck.path() + ": quantized linear '" + name + "' is (" + std::to_string(w.out_features()) + ", " +
-             std::to_string(w.in_features()) + "), expected (" + std::to_string(n) + ", " + std::to_string(k) + ")");
-      }
-      *bytes += static_cast<uint64_t>(n * k / 2 + n * k / 16);
-      const Selection sel = select_linear(dev, build, scheme_of(w), ov);
-      report_selection(sel, rep);
+    if (quantized(name)) {
+      Selection sel;
+      LinearWeights w = load_quantized(name, n, k, &sel);
       l->q = QuantizedLinear::create(std::move(w), sel, act);
       return;
     }
@@ -361,12 +424,18 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
     const std::string p = "model.layers." + std::to_string(i) + ".";
     ly->in_norm = L.f32(p + "input_layernorm.weight", {H});
     ly->post_norm = L.f32(p + "post_attention_layernorm.weight", {H});
-    L.linear(p + "self_attn.q_proj", nh * hd, H, c.attention_bias, &ly->q);
-    L.linear(p + "self_attn.k_proj", nkv * hd, H, c.attention_bias, &ly->k);
-    L.linear(p + "self_attn.v_proj", nkv * hd, H, c.attention_bias, &ly->v);
+    // --ops cuda runs q/k/v and gate/up as one linear each (one kernel launch instead of three and two) in
+    // layers whose seven linears are all quantized (forward_device's 16-bit path) and can be fused.
+    bool fuse = opt.ops_on_device && opt.fuse_linears && m->act_ != DType::F32;
+    for (const char* s : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                          "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"})
+      fuse = fuse && L.quantized(p + s);
+    L.linears({{p + "self_attn.q_proj", nh * hd, &ly->q},
+               {p + "self_attn.k_proj", nkv * hd, &ly->k},
+               {p + "self_attn.v_proj", nkv * hd, &ly->v}},
+              H, c.attention_bias, fuse);
     L.linear(p + "self_attn.o_proj", H, nh * hd, false, &ly->o);
-    L.linear(p + "mlp.gate_proj", I, H, false, &ly->gate);
-    L.linear(p + "mlp.up_proj", I, H, false, &ly->up);
+    L.linears({{p + "mlp.gate_proj", I, &ly->gate}, {p + "mlp.up_proj", I, &ly->up}}, H, false, fuse);
     L.linear(p + "mlp.down_proj", H, I, false, &ly->down);
     m->layers_.push_back(std::move(ly));
   }
@@ -561,10 +630,11 @@ void LlamaModel::forward_device(const int32_t* tokens, int64_t n, float* logits,
   D.bits_out.ensure(static_cast<size_t>(n * widest) * 2, dv);
   const bool bits16 = act_ != DType::F32;  // quantized linears exist only in 16-bit models
   if (bits16) {
-    D.qb.ensure(static_cast<size_t>(n * nh * hd) * 2, dv);
+    // Room for a fused q/k/v (gate/up) linear's output in qb (gb).
+    D.qb.ensure(static_cast<size_t>(n * (nh + 2 * nkv) * hd) * 2, dv);
     D.kb.ensure(static_cast<size_t>(n * nkv * hd) * 2, dv);
     D.vb.ensure(static_cast<size_t>(n * nkv * hd) * 2, dv);
-    D.gb.ensure(static_cast<size_t>(n * I) * 2, dv);
+    D.gb.ensure(static_cast<size_t>(n * 2 * I) * 2, dv);
     D.ub.ensure(static_cast<size_t>(n * I) * 2, dv);
   }
   const int64_t first = all_logits ? 0 : n - 1, rows = n - first;
@@ -606,18 +676,31 @@ void LlamaModel::forward_device(const int32_t* tokens, int64_t n, float* logits,
         // directly, instead of a conversion kernel on each side of every linear.
         uint16_t* const xb = D.bits_in.u16();  // the input bits of the linear(s) next in line
         cuda_ops::rmsnorm(D.x.f(), nm.in_norm.f(), n, H, eps, act_, D.a.f(), s, xb);
-        L.q.q->forward(xb, n, D.qb.p, s);
-        L.k.q->forward(xb, n, D.kb.p, s);
-        L.v.q->forward(xb, n, D.vb.p, s);
+        cuda_ops::QkvBits qkv{D.qb.u16(), D.kb.u16(), D.vb.u16()};
+        if (L.q.fused()) {
+          // one linear for q/k/v (Loader::linears fuses them in that order): rows of q, k, v side by side
+          L.q.q->forward(xb, n, D.qb.p, s);
+          qkv = {D.qb.u16() + L.q.col0, D.qb.u16() + L.k.col0, D.qb.u16() + L.v.col0, L.q.q->out_features()};
+        } else {
+          L.q.q->forward(xb, n, D.qb.p, s);
+          L.k.q->forward(xb, n, D.kb.p, s);
+          L.v.q->forward(xb, n, D.vb.p, s);
+        }
         cuda_ops::rope_store_kv(D.q.f(), D.k.f(), D.v.f(), n, nh, nkv, hd, D.rope.f(), pos_max, kc, vc, cap_, act_,
-                                s, pos_dev, {D.qb.u16(), D.kb.u16(), D.vb.u16()});
+                                s, pos_dev, qkv);
         cuda_ops::attention(D.q.f(), kc, vc, n, pos_max, nh, nkv, hd, cap_, act_, D.att.f(), s, pos_dev, xb);
         L.o.q->forward(xb, n, D.bits_out.p, s);
         cuda_ops::residual_add(D.x.f(), D.tmp.f(), n * H, act_, s, D.bits_out.u16());
         cuda_ops::rmsnorm(D.x.f(), nm.post_norm.f(), n, H, eps, act_, D.a.f(), s, xb);
-        L.gate.q->forward(xb, n, D.gb.p, s);
-        L.up.q->forward(xb, n, D.ub.p, s);
-        cuda_ops::silu_mul(D.g.f(), D.u.f(), n * I, act_, s, D.gb.u16(), D.ub.u16(), xb);
+        if (L.gate.fused()) {
+          L.gate.q->forward(xb, n, D.gb.p, s);  // rows of gate then up
+          cuda_ops::silu_mul(D.g.f(), D.u.f(), n * I, act_, s, D.gb.u16() + L.gate.col0, D.gb.u16() + L.up.col0, xb,
+                             I, L.gate.q->out_features());
+        } else {
+          L.gate.q->forward(xb, n, D.gb.p, s);
+          L.up.q->forward(xb, n, D.ub.p, s);
+          cuda_ops::silu_mul(D.g.f(), D.u.f(), n * I, act_, s, D.gb.u16(), D.ub.u16(), xb);
+        }
         L.down.q->forward(xb, n, D.bits_out.p, s);
         cuda_ops::residual_add(D.x.f(), D.tmp.f(), n * H, act_, s, D.bits_out.u16());
         continue;
@@ -675,7 +758,10 @@ void LlamaModel::forward_device(const int32_t* tokens, int64_t n, float* logits,
 void LlamaModel::run_linears(std::initializer_list<LinearOut> group, const float* x, int64_t m) {
   if (group.size() == 0) return;
   const int64_t k = group.begin()->l->k;
-  for (const LinearOut& o : group) NVFP4_CHECK(o.l->k == k, "run_linears: linears of one group read the same input");
+  for (const LinearOut& o : group) {
+    NVFP4_CHECK(o.l->k == k, "run_linears: linears of one group read the same input");
+    NVFP4_CHECK(!o.l->fused(), "run_linears: fused linears run with the ops on the device only");
+  }
   if (record_amax_) {
     float a = 0;
     for (int64_t i = 0; i < m * k; ++i) a = std::max(a, std::fabs(x[i]));
@@ -839,7 +925,7 @@ std::vector<ExecutorSummary> LlamaModel::executor_summary() const {
   std::vector<ExecutorSummary> out;
   auto add = [&](const std::string& group, const Linear& l) {
     std::string how;
-    if (l.q) how = l.q->selection().str();
+    if (l.q) how = l.q->selection().str() + (l.fused() ? ", fused (q/k/v and gate/up one launch each)" : "");
     else how = std::string("dense ") + dtype_name(dev_ && l.dense.dtype == DType::F16 ? DType::F32 : l.dense.dtype) +
                " on cpu (unquantized)";  // an f16 weight runs in f32 on the device (init_device)
     for (auto& e : out) {

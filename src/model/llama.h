@@ -73,6 +73,9 @@ struct LoadOptions {
   // when a buffer it reads has moved; every launch of the step is then one graph launch. The logits are
   // bit-identical to the eager step's. A capture that fails is reported once and the steps run eagerly.
   bool cuda_graphs = true;
+  // With ops_on_device: in layers whose seven linears are all quantized, q/k/v and gate/up run as one linear
+  // each (their weights concatenated at load; same scales and executor needed, else they stay apart).
+  bool fuse_linears = true;
   // Unquantized model only: quantize nothing, run every linear dense (the default). A quantized checkpoint
   // always runs its quantized linears through QuantizedLinear.
 };

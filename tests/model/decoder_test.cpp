@@ -469,6 +469,69 @@ TEST(Decoder, GpuOpsGraphDecodeEqualsEagerBitForBit) {
   fs::remove_all(dir);
 }
 
+// --ops cuda fuses q/k/v and gate/up into one linear each (LoadOptions::fuse_linears). On the tiny model every
+// linear's K (32, 48) is a single chunk of the decode kernel, so each output is summed in the same order
+// whether its linear is fused or not: the logits must equal the unfused model's bit for bit, prefill and
+// decode, default semantics and W4A4 emulation (a wrong column offset or row stride would change them). With
+// different input scales for k_proj (its calibration amax changed), q/k/v cannot be fused (their activations
+// would be quantized differently) while gate/up still are; the executor report says which.
+TEST(Decoder, GpuOpsFusedLinearsEqualSeparateOnesBitForBit) {
+  std::string why;
+  if (nvfp4::cuda_device_count(&why) == 0) GTEST_SKIP() << "no GPU: " << why;
+  const Tiny t = make_tiny(29);
+  const std::string src = write_tiny(t, tmpdir("fuse_src"), "bfloat16");
+  for (int variant = 0; variant < 2; ++variant) {
+    const std::string dir = tmpdir(variant ? "fuse_q_kdiff" : "fuse_q");
+    fs::remove_all(dir);
+    nvfp4::io::QuantizeOptions qo;
+    qo.scheme = nvfp4::io::QuantScheme::NVFP4;
+    for (const auto& [name, v] : t.w)
+      if (name.find("_proj.weight") != std::string::npos) qo.calib_amax[name.substr(0, name.size() - 7)] = 3.0f;
+    if (variant) qo.calib_amax["model.layers.1.self_attn.k_proj"] = 5.0f;
+    nvfp4::io::quantize_model(src, dir, qo);
+    for (int emulate = 0; emulate < 2; ++emulate) {
+      const std::string tag = std::string(variant ? "k_proj apart, " : "") + (emulate ? "w4a4 emulation" : "default");
+      nvfp4::model::LoadOptions lo;
+      lo.ops_on_device = true;
+      if (emulate) {
+        lo.overrides.semantics = nvfp4::Semantics::W4A4;
+        lo.overrides.semantics_from = "test";
+      }
+      auto f = nvfp4::model::LlamaModel::load(dir, lo, {});
+      lo.fuse_linears = false;
+      auto u = nvfp4::model::LlamaModel::load(dir, lo, {});
+      int fused_attn = 0, fused_mlp = 0;
+      for (const auto& e : f->executor_summary()) {
+        const bool fused = e.how.find("fused") != std::string::npos;
+        if (fused && e.group == "attention q/k/v/o") fused_attn += e.count;
+        if (fused && e.group == "mlp gate/up/down") fused_mlp += e.count;
+      }
+      EXPECT_EQ(fused_attn, variant ? 3 : 6) << tag << ": q/k/v linears fused (layer 1 apart when its scales differ)";
+      EXPECT_EQ(fused_mlp, 4) << tag << ": gate/up linears fused";
+      for (const auto& e : u->executor_summary()) EXPECT_EQ(e.how.find("fused"), std::string::npos) << tag;
+      const std::vector<int32_t> pre = {3, 17, 5, 39, 0};
+      std::vector<float> a(pre.size() * t.V), b(a.size());
+      f->forward(pre.data(), static_cast<int64_t>(pre.size()), a.data(), true);
+      u->forward(pre.data(), static_cast<int64_t>(pre.size()), b.data(), true);
+      for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << tag << " prefill logit " << i;
+      double norm2 = 0;
+      for (int32_t tok : {22, 22, 8, 31, 12, 1}) {
+        std::vector<float> la(t.V), lb(t.V);
+        f->forward(&tok, 1, la.data(), false);
+        u->forward(&tok, 1, lb.data(), false);
+        for (int64_t j = 0; j < t.V; ++j) {
+          ASSERT_TRUE(std::isfinite(la[j])) << tag;
+          ASSERT_EQ(la[j], lb[j]) << tag << " decode logit " << j;
+          norm2 += static_cast<double>(la[j]) * la[j];
+        }
+      }
+      EXPECT_GT(norm2, 1e-3) << tag << ": logits are trivial";
+    }
+    fs::remove_all(dir);
+  }
+  fs::remove_all(src);
+}
+
 TEST(Decoder, GpuOpsRefusedWithoutAGpu) {
   std::string why;
   if (nvfp4::cuda_device_count(&why) > 0) GTEST_SKIP() << "a GPU is present";

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -220,6 +221,82 @@ TEST(CpuLinear, ThreadCountDoesNotChangeTheBits) {
   CpuLinear(c.w, Semantics::W4A4, DType::BF16).run(c.x.data(), 33, y3.data());
   set_num_threads(saved);
   EXPECT_EQ(y1, y3);
+}
+
+// Linears fused along their outputs (q/k/v, gate/up: concat_linear_outputs) give each part's outputs bit for
+// bit (the executor sums every output in the same order whatever N is), in every semantics; parts that do
+// not share their scales, bias presence or input count are refused, named, and left as they were.
+TEST(ConcatLinearOutputs, FusedLayerGivesEachPartsOutputsBitForBit) {
+  for (Semantics s : {Semantics::W4A16, Semantics::W4A4, Semantics::W4A4_VLLM}) {
+    const DType act = DType::BF16;
+    const int64_t m = 3, k = 1040;
+    const int64_t ns[] = {24, 8, 8};
+    std::vector<Case> cs;
+    for (int i = 0; i < 3; ++i) cs.push_back(make_case(m, ns[i], k, act, true, 600 + i));
+    // The parts of a fused set share their global scales (the quantizer gives a fused set one; the input is the
+    // same tensor): make them equal, and the input the same.
+    for (Case& c : cs) {
+      c.w.weight.global = cs[0].w.weight.global;
+      c.w.input_global = cs[0].w.input_global;
+      c.x = cs[0].x;
+      c.w.name = "p" + std::to_string(&c - cs.data());
+    }
+    std::vector<LinearWeights> parts;
+    for (const Case& c : cs) parts.push_back(c.w);
+    LinearWeights f;
+    std::string why;
+    ASSERT_TRUE(concat_linear_outputs(&parts, &f, &why)) << why;
+    EXPECT_EQ(f.name, "p0+p1+p2");
+    ASSERT_EQ(f.out_features(), 40);
+    ASSERT_EQ(f.in_features(), k);
+    std::vector<uint16_t> y(static_cast<size_t>(m * 40), 0xFFFF);
+    CpuLinear(f, s, act).run(cs[0].x.data(), m, y.data());
+    int64_t col = 0;
+    for (const Case& c : cs) {
+      const int64_t n = c.w.out_features();
+      std::vector<uint16_t> yp(static_cast<size_t>(m * n), 0xFFFF);
+      CpuLinear(c.w, s, act).run(c.x.data(), m, yp.data());
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j)
+          ASSERT_EQ(y[static_cast<size_t>(i * 40 + col + j)], yp[static_cast<size_t>(i * n + j)])
+              << semantics_name(s) << " " << c.w.name << " (" << i << "," << j << ")";
+      col += n;
+    }
+  }
+  // Refusals: each leaves the parts as they were.
+  auto refused = [](std::vector<LinearWeights> parts, const std::string& want) {
+    const std::vector<LinearWeights> before = parts;
+    LinearWeights f;
+    std::string why;
+    EXPECT_FALSE(concat_linear_outputs(&parts, &f, &why)) << want;
+    EXPECT_NE(why.find(want), std::string::npos) << why;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      EXPECT_EQ(parts[i].weight.codes, before[i].weight.codes);
+      EXPECT_EQ(parts[i].weight.scales, before[i].weight.scales);
+    }
+  };
+  Case a = make_case(1, 16, 64, DType::BF16, false, 700), b = make_case(1, 16, 64, DType::BF16, false, 701);
+  b.w.input_global = a.w.input_global;
+  a.w.name = "a";
+  b.w.name = "b";
+  LinearWeights b2 = b.w;
+  b2.weight.global = GlobalScale::from_enc(a.w.weight.global.enc * 2);
+  refused({a.w, b2}, "different weight global scales");
+  b2 = b.w;
+  b2.weight.global = a.w.weight.global;
+  b2.input_global = GlobalScale::from_enc(a.w.input_global.enc * 2);
+  refused({a.w, b2}, "different input global scales");
+  b2.input_global = a.w.input_global;
+  b2.has_input_scale = false;
+  refused({a.w, b2}, "different input global scales");
+  b2.has_input_scale = true;
+  b2.bias.assign(16, 0.5f);
+  refused({a.w, b2}, "differ in having a bias");
+  Case c = make_case(1, 16, 80, DType::BF16, false, 702);
+  c.w.weight.global = a.w.weight.global;
+  c.w.input_global = a.w.input_global;
+  c.w.name = "c";
+  refused({a.w, c.w}, "c has 80 inputs, a 64");
 }
 
 TEST(CpuLinear, BiasIsAddedAfterRoundingTheProduct) {

@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -163,13 +164,14 @@ __global__ void k_round_bias(float* y, int64_t m, int64_t n, const float* bias, 
 
 // Inputs from their T bits where given (gb, ub), the result also as T bits where ob is given.
 __global__ void k_silu_mul(float* g, const float* u, int64_t n, int t, const uint16_t* gb, const uint16_t* ub,
-                           uint16_t* ob) {
+                           uint16_t* ob, int64_t bcols, int64_t bstride) {
   op_begin();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
-  const double gv = gb ? value_t(gb[i], t) : g[i];
+  const int64_t bi = bcols > 0 ? i / bcols * bstride + i % bcols : i;
+  const double gv = gb ? value_t(gb[bi], t) : g[i];
   const float s = round_t(static_cast<float>(gv / (1.0 + exp(-gv))), t);
-  const float r = round_t(__fmul_rn(s, ub ? value_t(ub[i], t) : u[i]), t);
+  const float r = round_t(__fmul_rn(s, ub ? value_t(ub[bi], t) : u[i]), t);
   g[i] = r;
   if (ob) ob[i] = bits_t(r, t);
 }
@@ -233,7 +235,8 @@ __global__ void k_rmsnorm(const float* x, const float* w, int64_t d, float eps, 
 // ---- RoPE + KV store: one thread per (token, head, i < hd/2) over q heads then k heads ------------------
 __global__ void k_rope_store(float* q, float* k, const float* v, int64_t n, int64_t nh, int64_t nkv, int64_t hd,
                              const float* cs, int64_t pos0, const int32_t* pos_dev, float* kc, float* vc,
-                             int64_t cap, int t, const uint16_t* qb, const uint16_t* kb, const uint16_t* vb) {
+                             int64_t cap, int t, const uint16_t* qb, const uint16_t* kb, const uint16_t* vb,
+                             int64_t bstride) {
   op_begin();
   if (pos_dev) pos0 = *pos_dev;
   const int64_t half = hd / 2;
@@ -248,8 +251,10 @@ __global__ void k_rope_store(float* q, float* k, const float* v, int64_t n, int6
   const int64_t h = is_q ? head : head - nh;
   const int64_t at = is_q ? (i * nh + h) * hd : (i * nkv + h) * hd;
   float* vec = (is_q ? q : k) + at;
+  // Where the bits are read: rows of bstride elements per token, or packed like the f32 arrays.
+  const int64_t bat = bstride > 0 ? i * bstride + h * hd : at;
   const uint16_t* vecb = is_q ? qb : kb;
-  const float a = vecb ? value_t(vecb[at + e], t) : vec[e], b = vecb ? value_t(vecb[at + e + half], t) : vec[e + half];
+  const float a = vecb ? value_t(vecb[bat + e], t) : vec[e], b = vecb ? value_t(vecb[bat + e + half], t) : vec[e + half];
   const float na = round_t(__fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)), t);
   const float nb = round_t(__fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s)), t);
   vec[e] = na;
@@ -260,8 +265,8 @@ __global__ void k_rope_store(float* q, float* k, const float* v, int64_t n, int6
     const int64_t vat = (i * nkv + h) * hd;
     kd[e] = na;
     kd[e + half] = nb;
-    vd[e] = vb ? value_t(vb[vat + e], t) : v[vat + e];
-    vd[e + half] = vb ? value_t(vb[vat + e + half], t) : v[vat + e + half];
+    vd[e] = vb ? value_t(vb[bat + e], t) : v[vat + e];
+    vd[e + half] = vb ? value_t(vb[bat + e + half], t) : v[vat + e + half];
   }
 }
 
@@ -407,10 +412,12 @@ void rope_store_kv(float* q, float* k, const float* v, int64_t n, int64_t nh, in
                    const int32_t* pos_dev, const QkvBits& bits) {
   if (pos0 + n > cap) fail("cuda decoder op rope_store_kv: positions beyond the KV cache");
   check_bits16(t, bits.q || bits.k || bits.v, "rope_store_kv");
+  if (bits.stride < 0 || (bits.stride > 0 && bits.stride < std::max(nh, nkv) * hd))
+    fail("cuda decoder op rope_store_kv: bits rows of " + std::to_string(bits.stride) + " elements, shorter than a row");
   const int64_t total = n * (nh + nkv) * (hd / 2);
   if (total == 0) return;
   launch_op("rope_store_kv", k_rope_store, blocks_for(total, 256), 256, 0, stream, q, k, v, n, nh, nkv, hd, cs, pos0,
-            pos_dev, kc, vc, cap, code_of(t), bits.q, bits.k, bits.v);
+            pos_dev, kc, vc, cap, code_of(t), bits.q, bits.k, bits.v, bits.stride);
 }
 
 void attention(const float* q, const float* kc, const float* vc, int64_t n, int64_t pos0, int64_t nh, int64_t nkv,
@@ -446,10 +453,12 @@ void attention(const float* q, const float* kc, const float* vc, int64_t n, int6
 }
 
 void silu_mul(float* g, const float* u, int64_t n, DType t, void* stream, const uint16_t* g_bits,
-              const uint16_t* u_bits, uint16_t* out_bits) {
+              const uint16_t* u_bits, uint16_t* out_bits, int64_t bits_cols, int64_t bits_stride) {
   if (n == 0) return;
   check_bits16(t, g_bits || u_bits || out_bits, "silu_mul");
-  launch_op("silu_mul", k_silu_mul, blocks_for(n, 256), 256, 0, stream, g, u, n, code_of(t), g_bits, u_bits, out_bits);
+  if (bits_cols < 0 || (bits_cols > 0 && bits_stride < bits_cols)) fail("cuda decoder op silu_mul: bad bits layout");
+  launch_op("silu_mul", k_silu_mul, blocks_for(n, 256), 256, 0, stream, g, u, n, code_of(t), g_bits, u_bits, out_bits,
+            bits_cols, bits_stride);
 }
 
 void residual_add(float* x, const float* y, int64_t n, DType t, void* stream, const uint16_t* y_bits) {

@@ -43,11 +43,14 @@ void rmsnorm(const float* x, const float* w, int64_t m, int64_t d, float eps, DT
 // For token i: RoPE (HF rotate_half, cs: (cap, hd) = hd/2 cos then hd/2 sin per position)
 // on q (n, nh, hd) in place and on k (n, nkv, hd) in place, results rounded to t; then k and v (n, nkv, hd)
 // are stored into the layer's caches kc / vc: (nkv, cap, hd) f32. With `bits`, q / k / v are read from those
-// bit patterns (the rotated q and k are still written to q and k).
+// bit patterns (the rotated q and k are still written to q and k); token i's row of each starts at i · stride
+// elements (stride 0: rows packed, nh · hd for q and nkv · hd for k and v; a fused q/k/v linear's output has
+// one row of (nh + 2 nkv) · hd per token, q, k and v side by side).
 struct QkvBits {
   const uint16_t* q = nullptr;
   const uint16_t* k = nullptr;
   const uint16_t* v = nullptr;
+  int64_t stride = 0;
 };
 void rope_store_kv(float* q, float* k, const float* v, int64_t n, int64_t nh, int64_t nkv, int64_t hd,
                    const float* cs, int64_t pos0, float* kc, float* vc, int64_t cap, DType t, void* stream,
@@ -60,9 +63,11 @@ void attention(const float* q, const float* kc, const float* vc, int64_t n, int6
                int64_t hd, int64_t cap, DType t, float* out, void* stream, const int32_t* pos_dev = nullptr,
                uint16_t* out_bits = nullptr);
 
-// g (n) = T(T(silu(g)) · u)   (silu in f64)
+// g (n) = T(T(silu(g)) · u)   (silu in f64). With bits_cols > 0, element i of g_bits and u_bits is at
+// (i / bits_cols) · bits_stride + i % bits_cols (rows of a fused gate/up linear's output: gate then up).
 void silu_mul(float* g, const float* u, int64_t n, DType t, void* stream, const uint16_t* g_bits = nullptr,
-              const uint16_t* u_bits = nullptr, uint16_t* out_bits = nullptr);
+              const uint16_t* u_bits = nullptr, uint16_t* out_bits = nullptr, int64_t bits_cols = 0,
+              int64_t bits_stride = 0);
 // x (n) = T(x + y)
 void residual_add(float* x, const float* y, int64_t n, DType t, void* stream, const uint16_t* y_bits = nullptr);
 
