@@ -14,7 +14,8 @@
 #   NVFP4_BUILD_DIR  build folder (default: build)
 #   DEMO_PROMPT      the question (default below)
 #   DEMO_DEVICE      --device for the runs (default: automatic)
-#   DEMO_OPS         --ops for the runs: cpu (default) or cuda (decoder kernels on the GPU)
+#   DEMO_OPS         --ops for the runs: auto (default: the decoder's kernels on the GPU when the quantized
+#                    linears run there), cpu or cuda
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"

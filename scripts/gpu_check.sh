@@ -63,7 +63,7 @@ if [ -n "$model" ]; then
 cpu_w4a16|w4a16|--device cpu --semantics w4a16
 cpu_w4a4|w4a4|--device cpu --semantics w4a4
 cpu_w4a4vllm|w4a4-vllm|--device cpu --semantics w4a4-vllm
-gpu_default_hybrid|w4a16|
+gpu_default_hybrid|w4a16|--ops cpu
 gpu_default_ops|w4a16|--ops cuda
 gpu_emulation_ops|w4a4|--ops cuda --emulation
 gpu_emulation_vllm_ops|w4a4-vllm|--ops cuda --emulation=vllm

@@ -62,7 +62,7 @@ int run_eval(int argc, char** argv) {
     j["seconds"] = r.seconds;
     j["tokens_per_second"] = tps;
     j["linears"] = how;
-    j["ops"] = mf.ops;
+    j["ops"] = model->ops_on_device() ? "cuda" : "cpu";  // --ops auto resolved
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("perplexity %.4f over %lld tokens (%lld windows of <= %lld), %.1f tokens/s; linears: %s\n",

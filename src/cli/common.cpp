@@ -19,9 +19,10 @@ std::string human_bytes(uint64_t b) {
 
 void add_ops_flag(CLI::App& app, std::string* ops) {
   app.add_option("--ops", *ops,
-                 "where embedding/norms/RoPE/attention and unquantized linears run: cpu (default) or cuda (kernels, "
-                 "activations stay on the GPU; needs every quantized linear on the GPU)")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
+                 "where embedding/norms/RoPE/attention and unquantized linears run: cuda (kernels, activations stay "
+                 "on the GPU; needs every quantized linear on the GPU), cpu, or auto (default: cuda when every "
+                 "quantized linear of a quantized model runs on a GPU, else cpu)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
 }
 
 }  // namespace nvfp4::cli

@@ -33,6 +33,7 @@ model::LoadOptions model_load_options(const ModelFlags& f) {
     lo.overrides.semantics_from = "--semantics " + f.semantics;
   }
   lo.ops_on_device = f.ops == "cuda";
+  lo.ops_auto = f.ops == "auto";
   const char* graphs = std::getenv("NVFP4_CUDA_GRAPHS");
   if (graphs && *graphs) lo.cuda_graphs = parse_bool_setting(graphs, "NVFP4_CUDA_GRAPHS");
   if (f.threads > 0) set_num_threads(f.threads);

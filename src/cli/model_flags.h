@@ -10,7 +10,7 @@ namespace nvfp4::cli {
 
 struct ModelFlags {
   std::string semantics;  // "" = dispatch decides
-  std::string ops = "cpu";
+  std::string ops = "auto";
   int threads = 0;        // 0 = NVFP4_NUM_THREADS or all cores
   bool verbose = false;
   DispatchFlags dispatch;

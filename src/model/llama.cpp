@@ -399,6 +399,22 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
   const DeviceInfo dev = any_quant ? detect_device(opt.overrides) : DeviceInfo::cpu("no quantized linears");
   bool uses_mapping = false;
   Loader L{*ck, m->act_, rep, dev, query_build(), opt.overrides, &m->weight_bytes_, &uses_mapping};
+  bool ops_on_device = opt.ops_on_device;
+  if (opt.ops_auto && !ops_on_device && any_quant && !opt.record_input_amax && dev.is_gpu && L.build.cuda) {
+    // Every quantized linear runs on the GPU when each layer scheme's selection that does not throw (a scheme
+    // the checkpoint has cannot throw, or the load fails anyway) names a device executor.
+    bool some = false, all = true;
+    for (LayerScheme sc : {LayerScheme::W4A4, LayerScheme::W4A16}) {
+      try {
+        const Selection sel = select_linear(dev, L.build, sc, opt.overrides);
+        some = true;
+        all = all && sel.executor != Executor::Cpu;
+      } catch (const Error&) {
+      }
+    }
+    ops_on_device = some && all;
+    rep.debug(std::string("--ops auto: ") + (ops_on_device ? "cuda" : "cpu (a quantized linear runs on the cpu)"));
+  }
 
   const int64_t H = c.hidden, hd = c.head_dim, nh = c.n_heads, nkv = c.n_kv_heads, I = c.intermediate;
   {
@@ -426,7 +442,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
     ly->post_norm = L.f32(p + "post_attention_layernorm.weight", {H});
     // --ops cuda runs q/k/v and gate/up as one linear each (one kernel launch instead of three and two) in
     // layers whose seven linears are all quantized (forward_device's 16-bit path) and can be fused.
-    bool fuse = opt.ops_on_device && opt.fuse_linears && m->act_ != DType::F32;
+    bool fuse = ops_on_device && opt.fuse_linears && m->act_ != DType::F32;
     for (const char* s : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
                           "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"})
       fuse = fuse && L.quantized(p + s);
@@ -471,7 +487,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
   // 16-bit weights read in place keep the checkpoint (its file mapping) open for the model's lifetime;
   // otherwise it closes here.
   if (uses_mapping) m->ck_ = std::move(ck);
-  if (opt.ops_on_device) {
+  if (ops_on_device) {
     if (opt.record_input_amax) fail("calibration (input max |x|) runs with CPU ops only");
     DeviceInfo d = any_quant ? dev : detect_device(opt.overrides);
     m->init_device(d);

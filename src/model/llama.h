@@ -68,6 +68,9 @@ struct LoadOptions {
   // true = CUDA kernels (backends/cuda/ops) with activations kept on the device; needs a CUDA build, a GPU,
   // and every quantized linear on the device. Throws nvfp4::Error otherwise.
   bool ops_on_device = false;
+  // With ops_on_device false: decide at load, true when the model has quantized linears, a GPU is selected and
+  // every quantized linear's executor runs there (the CLI's --ops auto, its default), and not calibrating.
+  bool ops_auto = false;
   // With ops_on_device: one-token steps (decoding) replay a CUDA graph of the whole step, captured at the
   // second such step (the first runs eagerly and sets up the per-stream buffers it uses) and captured again
   // when a buffer it reads has moved; every launch of the step is then one graph launch. The logits are

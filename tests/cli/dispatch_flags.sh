@@ -28,6 +28,7 @@ expect 2 'cpu.*cuda.*cublaslt' -- "${run[@]}" --linear-backend tensorrt
 expect 2 'cpu\|cuda\|cuda:N|cpu, cuda, cuda:N' -- "${run[@]}" --device gpu
 expect 2 'cpu\|cuda\|cuda:N|cpu, cuda, cuda:N' -- "${run[@]}" --device cuda:x
 expect 2 'native.*vllm' -- "${run[@]}" --emulation=marlin
+expect 2 'auto.*cpu.*cuda' -- "${run[@]}" --ops gpu
 # Bad environment values: exit 2, naming the variable and the valid values.
 expect 2 "NVFP4_LINEAR_BACKEND: invalid value 'tensorrt' \(valid: cpu, cuda, cublaslt\)" -- \
   env NVFP4_LINEAR_BACKEND=tensorrt "${run[@]}"
@@ -41,6 +42,8 @@ expect 2 "NVFP4_CUDA_GRAPHS: invalid value 'sometimes'" -- env NVFP4_CUDA_GRAPHS
 expect 1 "$missing" -- "${run[@]}" --linear-backend cpu --device cpu --emulation=vllm
 expect 1 "$missing" -- env NVFP4_CUDA_GRAPHS=off "${run[@]}"
 expect 1 "$missing" -- "${run[@]}" --emulation
+expect 1 "$missing" -- "${run[@]}" --ops auto
+expect 1 "$missing" -- "${run[@]}" --ops cpu
 expect 1 "$missing" -- env NVFP4_USE_EMULATION=1 NVFP4_EMULATION_FLAVOR=vllm VLLM_USE_NVFP4_CT_EMULATIONS=true "${run[@]}"
 # `--emulation DIR`-style misuse cannot swallow the next argument: --emulation takes no separate value.
 expect 1 "$missing" -- "$bin" run --emulation -m "$missing" -p hi

@@ -532,6 +532,42 @@ TEST(Decoder, GpuOpsFusedLinearsEqualSeparateOnesBitForBit) {
   fs::remove_all(src);
 }
 
+// --ops auto (LoadOptions::ops_auto, the CLI's default): the decoder's ops go to the GPU only for a quantized
+// model whose quantized linears run on a GPU, and never while calibrating; an unquantized model, a machine
+// without a GPU, or --device cpu keep them on the CPU. Runs with and without a GPU (expecting either answer).
+TEST(Decoder, OpsAutoPicksTheGpuOnlyWhenTheQuantizedLinearsRunThere) {
+  std::string why;
+  const bool gpu = nvfp4::cuda_device_count(&why) > 0;
+  const Tiny t = make_tiny(31);
+  const std::string src = write_tiny(t, tmpdir("auto_src"), "bfloat16");
+  const std::string dir = tmpdir("auto_q");
+  fs::remove_all(dir);
+  nvfp4::io::QuantizeOptions qo;
+  qo.scheme = nvfp4::io::QuantScheme::NVFP4;
+  for (const auto& [name, v] : t.w)
+    if (name.find("_proj.weight") != std::string::npos) qo.calib_amax[name.substr(0, name.size() - 7)] = 3.0f;
+  nvfp4::io::quantize_model(src, dir, qo);
+  nvfp4::model::LoadOptions lo;
+  lo.ops_auto = true;
+  EXPECT_EQ(nvfp4::model::LlamaModel::load(dir, lo, {})->ops_on_device(), gpu) << why;
+  EXPECT_FALSE(nvfp4::model::LlamaModel::load(src, lo, {})->ops_on_device()) << "unquantized model";
+  nvfp4::model::LoadOptions cpu = lo;
+  cpu.overrides.device = nvfp4::DeviceRequest{true, -1};
+  cpu.overrides.device_from = "test";
+  EXPECT_FALSE(nvfp4::model::LlamaModel::load(dir, cpu, {})->ops_on_device()) << "--device cpu";
+  nvfp4::model::LoadOptions cal = lo;
+  cal.record_input_amax = true;
+  EXPECT_FALSE(nvfp4::model::LlamaModel::load(dir, cal, {})->ops_on_device()) << "calibrating";
+  // Whichever it picked, the model runs.
+  auto m = nvfp4::model::LlamaModel::load(dir, lo, {});
+  std::vector<float> lg(t.V, NAN);
+  const int32_t tok = 5;
+  m->forward(&tok, 1, lg.data(), false);
+  for (float v : lg) ASSERT_TRUE(std::isfinite(v));
+  fs::remove_all(src);
+  fs::remove_all(dir);
+}
+
 TEST(Decoder, GpuOpsRefusedWithoutAGpu) {
   std::string why;
   if (nvfp4::cuda_device_count(&why) > 0) GTEST_SKIP() << "a GPU is present";
