@@ -490,7 +490,12 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
   if (ops_on_device) {
     if (opt.record_input_amax) fail("calibration (input max |x|) runs with CPU ops only");
     DeviceInfo d = any_quant ? dev : detect_device(opt.overrides);
-    m->init_device(d);
+    try {
+      m->init_device(d);
+    } catch (const Error& e) {
+      if (opt.ops_on_device) throw;
+      fail(std::string(e.what()) + " (--ops auto put the decoder's ops on the GPU; --ops cpu keeps them on the host)");
+    }
     m->dev_->graphs = opt.cuda_graphs;
     m->dev_->rep = rep;
     return m;  // the KV cache lives on the device
