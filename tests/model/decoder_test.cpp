@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -204,6 +205,21 @@ std::vector<double> reference(const Tiny& t, const std::vector<int32_t>& tok) {
 
 std::string tmpdir(const std::string& name) {
   return (fs::temp_directory_path() / ("nvfp4_decoder_test_" + name + "_" + std::to_string(::getpid()))).string();
+}
+
+// The tiny model (bf16, from write_tiny in `src`) quantized to NVFP4 W4A4 into a fresh directory `name`, every
+// linear's calibration amax 3 except those in `amax` (module name -> amax).
+std::string quantize_tiny(const Tiny& t, const std::string& src, const std::string& name,
+                          const std::map<std::string, float>& amax = {}) {
+  const std::string dir = tmpdir(name);
+  fs::remove_all(dir);
+  nvfp4::io::QuantizeOptions qo;
+  qo.scheme = nvfp4::io::QuantScheme::NVFP4;
+  for (const auto& [w, v] : t.w)
+    if (w.find("_proj.weight") != std::string::npos) qo.calib_amax[w.substr(0, w.size() - 7)] = 3.0f;
+  for (const auto& [m, a] : amax) qo.calib_amax[m] = a;
+  nvfp4::io::quantize_model(src, dir, qo);
+  return dir;
 }
 
 // The logits of a and b over tok (all positions) must be finite, equal bit for bit, and not all ~0.
@@ -405,13 +421,7 @@ TEST(Decoder, GpuOpsGraphDecodeEqualsEagerBitForBit) {
   if (nvfp4::cuda_device_count(&why) == 0) GTEST_SKIP() << "no GPU: " << why;
   const Tiny t = make_tiny(23);
   const std::string src = write_tiny(t, tmpdir("graph_src"), "bfloat16");
-  const std::string dir = tmpdir("graph_q");
-  fs::remove_all(dir);
-  nvfp4::io::QuantizeOptions qo;
-  qo.scheme = nvfp4::io::QuantScheme::NVFP4;
-  for (const auto& [name, v] : t.w)
-    if (name.find("_proj.weight") != std::string::npos) qo.calib_amax[name.substr(0, name.size() - 7)] = 3.0f;
-  nvfp4::io::quantize_model(src, dir, qo);
+  const std::string dir = quantize_tiny(t, src, "graph_q");
   for (int emulate = 0; emulate < 2; ++emulate) {
     std::vector<std::string> warnings;
     nvfp4::Reporter rep;
@@ -481,14 +491,9 @@ TEST(Decoder, GpuOpsFusedLinearsEqualSeparateOnesBitForBit) {
   const Tiny t = make_tiny(29);
   const std::string src = write_tiny(t, tmpdir("fuse_src"), "bfloat16");
   for (int variant = 0; variant < 2; ++variant) {
-    const std::string dir = tmpdir(variant ? "fuse_q_kdiff" : "fuse_q");
-    fs::remove_all(dir);
-    nvfp4::io::QuantizeOptions qo;
-    qo.scheme = nvfp4::io::QuantScheme::NVFP4;
-    for (const auto& [name, v] : t.w)
-      if (name.find("_proj.weight") != std::string::npos) qo.calib_amax[name.substr(0, name.size() - 7)] = 3.0f;
-    if (variant) qo.calib_amax["model.layers.1.self_attn.k_proj"] = 5.0f;
-    nvfp4::io::quantize_model(src, dir, qo);
+    const std::string dir =
+        variant ? quantize_tiny(t, src, "fuse_q_kdiff", {{"model.layers.1.self_attn.k_proj", 5.0f}})
+                : quantize_tiny(t, src, "fuse_q");
     for (int emulate = 0; emulate < 2; ++emulate) {
       const std::string tag = std::string(variant ? "k_proj apart, " : "") + (emulate ? "w4a4 emulation" : "default");
       nvfp4::model::LoadOptions lo;
@@ -540,13 +545,7 @@ TEST(Decoder, OpsAutoPicksTheGpuOnlyWhenTheQuantizedLinearsRunThere) {
   const bool gpu = nvfp4::cuda_device_count(&why) > 0;
   const Tiny t = make_tiny(31);
   const std::string src = write_tiny(t, tmpdir("auto_src"), "bfloat16");
-  const std::string dir = tmpdir("auto_q");
-  fs::remove_all(dir);
-  nvfp4::io::QuantizeOptions qo;
-  qo.scheme = nvfp4::io::QuantScheme::NVFP4;
-  for (const auto& [name, v] : t.w)
-    if (name.find("_proj.weight") != std::string::npos) qo.calib_amax[name.substr(0, name.size() - 7)] = 3.0f;
-  nvfp4::io::quantize_model(src, dir, qo);
+  const std::string dir = quantize_tiny(t, src, "auto_q");
   nvfp4::model::LoadOptions lo;
   lo.ops_auto = true;
   EXPECT_EQ(nvfp4::model::LlamaModel::load(dir, lo, {})->ops_on_device(), gpu) << why;

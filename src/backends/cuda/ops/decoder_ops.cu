@@ -282,6 +282,18 @@ constexpr int kAttnPos = 4;
 constexpr int64_t kMaxHeadDim = 256;
 constexpr int64_t kMaxPositions = 32768;  // 128 KiB of scores (opt-in shared memory above 32 KiB; sm_80+ have >= 163 KiB)
 
+// The lane's elements of kAttnPos cache rows s0, s0 + kAttnWarps, ... (zero past position p or past hd).
+template <int kE>
+__device__ __forceinline__ void load_positions(const float* rows, int64_t s0, int64_t p, int64_t hd, int l,
+                                               float (&r)[kAttnPos][kE]) {
+#pragma unroll
+  for (int j = 0; j < kAttnPos; ++j) {
+    const int64_t s = s0 + j * kAttnWarps;
+#pragma unroll
+    for (int u = 0; u < kE; ++u) r[j][u] = s <= p && l + 32 * u < hd ? rows[s * hd + l + 32 * u] : 0.0f;
+  }
+}
+
 template <int kE>
 __global__ void k_attention(const float* q, const float* kc, const float* vc, int64_t pos0, const int32_t* pos_dev,
                             int64_t nh, int64_t nkv, int64_t hd, int64_t cap, float scale, int t, float* out,
@@ -303,12 +315,7 @@ __global__ void k_attention(const float* q, const float* kc, const float* vc, in
   float mx = -INFINITY;
   for (int64_t s0 = w; s0 <= p; s0 += kAttnWarps * kAttnPos) {
     float kv[kAttnPos][kE];
-#pragma unroll
-    for (int j = 0; j < kAttnPos; ++j) {
-      const int64_t s = s0 + j * kAttnWarps;
-#pragma unroll
-      for (int u = 0; u < kE; ++u) kv[j][u] = s <= p && l + 32 * u < hd ? kb[s * hd + l + 32 * u] : 0.0f;
-    }
+    load_positions(kb, s0, p, hd, l, kv);
 #pragma unroll
     for (int j = 0; j < kAttnPos; ++j) {
       float d = 0;
@@ -339,12 +346,7 @@ __global__ void k_attention(const float* q, const float* kc, const float* vc, in
   for (int u = 0; u < kE; ++u) acc[u] = 0;
   for (int64_t s0 = w; s0 <= p; s0 += kAttnWarps * kAttnPos) {
     float vv[kAttnPos][kE];
-#pragma unroll
-    for (int j = 0; j < kAttnPos; ++j) {
-      const int64_t s = s0 + j * kAttnWarps;
-#pragma unroll
-      for (int u = 0; u < kE; ++u) vv[j][u] = s <= p && l + 32 * u < hd ? vb[s * hd + l + 32 * u] : 0.0f;
-    }
+    load_positions(vb, s0, p, hd, l, vv);
 #pragma unroll
     for (int j = 0; j < kAttnPos; ++j) {
       const int64_t s = s0 + j * kAttnWarps;
