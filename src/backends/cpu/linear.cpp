@@ -140,36 +140,99 @@ void tile_avx2(const float* x, int64_t ldx, int mr, const float* w, int64_t ldw,
   return tile_avx2_rows<1>(x, ldx, w, ldw, nr, kk, acc, acc_ld);
 }
 
-// Decode 16 codes (8 bytes) at once: magnitude by a permute of the 8-entry table, sign bit 3 → bit 31, then
-// · scale; the vLLM flavour's T rounding is the scalar rule of format/numerics.h done 8 lanes at a time.
-__attribute__((target("avx2,f16c"))) void decode_avx2(const uint8_t* codes, const float* sc, int64_t groups,
-                                                       DType round_t, float* out) {
-  const __m256 table = _mm256_loadu_ps(kE2M1Values);
-  const __m128i low4 = _mm_set1_epi8(0x0F);
+// Decode 8 codes (the low 8 bytes of nib, one code per byte) at once: magnitude by a permute of the 8-entry
+// table, sign bit 3 → bit 31, then · scale; the vLLM flavour's T rounding is the scalar rule of
+// format/numerics.h done 8 lanes at a time. kRound: 0 none, 1 bf16, 2 f16.
+template <int kRound>
+__attribute__((target("avx2,f16c"))) inline __m256 decode8(__m128i nib, __m256 table, __m256 s) {
+  const __m256i idx = _mm256_cvtepu8_epi32(nib);
+  const __m256 mag = _mm256_permutevar8x32_ps(table, idx);
   const __m256i sign = _mm256_set1_epi32(static_cast<int>(0x80000000u));
+  const __m256 q = _mm256_xor_ps(mag, _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(idx, 28), sign)));
+  __m256 v = _mm256_mul_ps(q, s);
+  if constexpr (kRound == 1) {  // f32_to_bf16 then back: RNE on the high half; NaN → quiet, sign kept
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i rne = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), odd);
+    const __m256i quiet = _mm256_or_si256(u, _mm256_set1_epi32(0x00400000));
+    const __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF)),
+                                              _mm256_set1_epi32(0x7F800000));
+    const __m256i r = _mm256_blendv_epi8(rne, quiet, is_nan);
+    v = _mm256_castsi256_ps(_mm256_and_si256(r, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
+  } else if constexpr (kRound == 2) {  // IEEE RNE with subnormals and overflow to inf, as f32_to_f16
+    v = _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  return v;
+}
+
+// The 16 codes of a group (8 bytes, low nibble first) as 16 bytes, one code each, in column order.
+__attribute__((target("avx2"))) inline __m128i group_nibbles(const uint8_t* codes) {
+  const __m128i low4 = _mm_set1_epi8(0x0F);
+  const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes));
+  return _mm_unpacklo_epi8(_mm_and_si128(b, low4), _mm_and_si128(_mm_srli_epi16(b, 4), low4));
+}
+
+constexpr int round_code(DType round_t) { return round_t == DType::BF16 ? 1 : round_t == DType::F16 ? 2 : 0; }
+
+template <int kRound>
+__attribute__((target("avx2,f16c"))) void decode_avx2_r(const uint8_t* codes, const float* sc, int64_t groups,
+                                                         float* out) {
+  const __m256 table = _mm256_loadu_ps(kE2M1Values);
   for (int64_t g = 0; g < groups; ++g) {
-    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + g * 8));
-    const __m128i nib = _mm_unpacklo_epi8(_mm_and_si128(b, low4), _mm_and_si128(_mm_srli_epi16(b, 4), low4));
+    const __m128i nib = group_nibbles(codes + g * 8);
     const __m256 s = _mm256_set1_ps(sc[g]);
-    for (int h = 0; h < 2; ++h) {
-      const __m256i idx = _mm256_cvtepu8_epi32(h == 0 ? nib : _mm_srli_si128(nib, 8));
-      const __m256 mag = _mm256_permutevar8x32_ps(table, idx);
-      const __m256 q = _mm256_xor_ps(mag, _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(idx, 28), sign)));
-      __m256 v = _mm256_mul_ps(q, s);
-      if (round_t == DType::BF16) {  // f32_to_bf16 then back: RNE on the high half; NaN → quiet, sign kept
-        const __m256i u = _mm256_castps_si256(v);
-        const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-        const __m256i rne = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), odd);
-        const __m256i quiet = _mm256_or_si256(u, _mm256_set1_epi32(0x00400000));
-        const __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF)),
-                                                  _mm256_set1_epi32(0x7F800000));
-        const __m256i r = _mm256_blendv_epi8(rne, quiet, is_nan);
-        v = _mm256_castsi256_ps(_mm256_and_si256(r, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
-      } else if (round_t == DType::F16) {  // IEEE RNE with subnormals and overflow to inf, as f32_to_f16
-        v = _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-      }
-      _mm256_storeu_ps(out + g * kGroupSize + 8 * h, v);
+    _mm256_storeu_ps(out + g * kGroupSize, decode8<kRound>(nib, table, s));
+    _mm256_storeu_ps(out + g * kGroupSize + 8, decode8<kRound>(_mm_srli_si128(nib, 8), table, s));
+  }
+}
+
+void decode_avx2(const uint8_t* codes, const float* sc, int64_t groups, DType round_t, float* out) {
+  switch (round_code(round_t)) {
+    case 1: return decode_avx2_r<1>(codes, sc, groups, out);
+    case 2: return decode_avx2_r<2>(codes, sc, groups, out);
+    default: return decode_avx2_r<0>(codes, sc, groups, out);
+  }
+}
+
+// One token (M = 1): NR rows' lane sums over all of K, each weight decoded in registers and multiplied at once
+// (no f32 tile: with one token nothing would reuse it). The same products added in the same lane order as
+// decode_avx2 + tile_avx2: lane l adds columns k ≡ l (mod 8) in increasing k.
+template <int NR, int kRound>
+__attribute__((target("avx2,f16c"))) void rows_one_token_fixed(const float* x, const uint8_t* codes, int64_t ldc,
+                                                               const float* sc, int64_t lds, int64_t groups,
+                                                               float* acc) {
+  const __m256 table = _mm256_loadu_ps(kE2M1Values);
+  __m256 a[NR];
+  for (int j = 0; j < NR; ++j) a[j] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    const __m256 x0 = _mm256_loadu_ps(x + g * kGroupSize), x1 = _mm256_loadu_ps(x + g * kGroupSize + 8);
+    for (int j = 0; j < NR; ++j) {
+      const __m128i nib = group_nibbles(codes + j * ldc + g * 8);
+      const __m256 s = _mm256_set1_ps(sc[j * lds + g]);
+      a[j] = _mm256_add_ps(a[j], _mm256_mul_ps(x0, decode8<kRound>(nib, table, s)));
+      a[j] = _mm256_add_ps(a[j], _mm256_mul_ps(x1, decode8<kRound>(_mm_srli_si128(nib, 8), table, s)));
     }
+  }
+  for (int j = 0; j < NR; ++j) _mm256_storeu_ps(acc + j * kLanes, a[j]);
+}
+
+template <int kRound>
+void rows_one_token_r(const float* x, const uint8_t* codes, int64_t ldc, const float* sc, int64_t lds,
+                      int64_t groups, int nr, float* acc) {
+  switch (nr) {
+    case 4: return rows_one_token_fixed<4, kRound>(x, codes, ldc, sc, lds, groups, acc);
+    case 3: return rows_one_token_fixed<3, kRound>(x, codes, ldc, sc, lds, groups, acc);
+    case 2: return rows_one_token_fixed<2, kRound>(x, codes, ldc, sc, lds, groups, acc);
+    default: return rows_one_token_fixed<1, kRound>(x, codes, ldc, sc, lds, groups, acc);
+  }
+}
+
+void rows_one_token_avx2(const float* x, const uint8_t* codes, int64_t ldc, const float* sc, int64_t lds,
+                         int64_t groups, DType round_t, int nr, float* acc) {
+  switch (round_code(round_t)) {
+    case 1: return rows_one_token_r<1>(x, codes, ldc, sc, lds, groups, nr, acc);
+    case 2: return rows_one_token_r<2>(x, codes, ldc, sc, lds, groups, nr, acc);
+    default: return rows_one_token_r<0>(x, codes, ldc, sc, lds, groups, nr, acc);
   }
 }
 
@@ -196,6 +259,25 @@ void tile(const float* x, int64_t ldx, int mr, const float* w, int64_t ldw, int 
   if (have_avx2()) return tile_avx2(x, ldx, mr, w, ldw, nr, kk, acc, acc_ld);
 #endif
   tile_portable(x, ldx, mr, w, ldw, nr, kk, acc, acc_ld);
+}
+
+bool rows_one_token_available() {
+#if defined(NVFP4_CPU_AVX2)
+  return have_avx2();
+#else
+  return false;
+#endif
+}
+
+// acc[j·8 + l] = the lane sums of rows j < nr for one token x over all K (AVX2 only: rows_one_token_available).
+void rows_one_token(const float* x, const uint8_t* codes, int64_t ldc, const float* sc, int64_t lds,
+                    int64_t groups, DType round_t, int nr, float* acc) {
+#if defined(NVFP4_CPU_AVX2)
+  rows_one_token_avx2(x, codes, ldc, sc, lds, groups, round_t, nr, acc);
+#else
+  (void)x, (void)codes, (void)ldc, (void)sc, (void)lds, (void)groups, (void)round_t, (void)nr, (void)acc;
+  fail("rows_one_token: not built");
+#endif
 }
 
 // Activations converted to f32 in the form each semantics multiplies: x itself (w4a16), e2m1·sx (w4a4),
@@ -256,6 +338,8 @@ void CpuLinear::run(const uint16_t* x, int64_t m, uint16_t* y) const {
   // With a single token block nothing is reused across token blocks, so every K block goes to offset 0 and the
   // tile stays in L1.
   const bool keep = m > kTokenBlock;
+  // One token: each weight decoded in registers and used at once (rows_one_token), where that exists.
+  const bool one_token_fused = rows_one_token_available();
   const size_t wbuf_size = static_cast<size_t>(rows * (keep ? k : std::min(k, kKBlock)));
   const size_t acc_size = static_cast<size_t>(std::min(m, kTokenBlock) * rows * kLanes);
   parallel_for(static_cast<size_t>(blocks), 1, [&](size_t b0, size_t b1) {
@@ -270,7 +354,12 @@ void CpuLinear::run(const uint16_t* x, int64_t m, uint16_t* y) const {
       for (int64_t mb = 0; mb < m; mb += kTokenBlock) {
         const int64_t mbn = std::min(kTokenBlock, m - mb);
         std::fill(acc, acc + mbn * nb * kLanes, 0.0f);
-        for (int64_t kc = 0; kc < k; kc += kKBlock) {
+        const bool one_token = m == 1 && one_token_fused;
+        for (int64_t r = 0; one_token && r < nb; r += kNr)
+          rows_one_token(xf.data(), w_.weight.codes.data() + (rb + r) * (k / 2), k / 2,
+                         wscale_.data() + (rb + r) * groups, groups, groups, wround,
+                         static_cast<int>(std::min<int64_t>(kNr, nb - r)), acc + r * kLanes);
+        for (int64_t kc = 0; !one_token && kc < k; kc += kKBlock) {
           const int64_t kk = std::min(kKBlock, k - kc);
           float* const wt = wbuf + (keep ? kc * rows : 0);  // this K block's (nb, kk) tile
           if (mb == 0)
