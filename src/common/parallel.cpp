@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cstdint>
 #include <condition_variable>
 #include <cstdlib>
 #include <exception>
@@ -13,6 +15,11 @@ namespace nvfp4 {
 
 namespace {
 
+// Regions are published by a generation number. A worker that finishes a region spins on the generation for
+// a short while before it sleeps on a condition variable (decoding runs a region every few tens of µs: waking a
+// sleeping thread costs about as much as the work). Tasks are claimed from one atomic word holding the
+// generation, the region's task count and the next index, so a worker still leaving an earlier region can
+// never claim a task of the next one by mistake.
 class Pool {
  public:
   explicit Pool(int n) { resize(n); }
@@ -22,67 +29,101 @@ class Pool {
 
   void resize(int n) {
     stop();
-    std::lock_guard<std::mutex> lk(mu_);
-    quit_ = false;
+    quit_.store(false);
     for (int i = 1; i < n; ++i) workers_.emplace_back([this] { loop(); });
   }
 
-  // Runs task(i) for i in [0, count) across the pool and the caller.
+  // Runs task(i) for i in [0, count) across the pool and the caller. count < 2^16.
   void run(size_t count, const std::function<void(size_t)>& task) {
     std::lock_guard<std::mutex> run_lock(run_mu_);  // one parallel region at a time
     {
       std::lock_guard<std::mutex> lk(mu_);
-      task_ = &task;
-      count_ = count;
-      next_.store(0);
-      pending_ = count;
       error_ = nullptr;
-      ++generation_;
     }
-    cv_.notify_all();
-    work();
-    std::unique_lock<std::mutex> lk(mu_);
-    done_cv_.wait(lk, [this] { return pending_ == 0; });
-    task_ = nullptr;
+    task_ = &task;
+    pending_.store(count);
+    const uint32_t g = gen_.load() + 1;
+    claim_.store(pack(g, count, 0));
+    gen_.store(g);  // publishes task_, pending_ and claim_ to the workers that see g
+    if (sleepers_.load() > 0) {
+      std::lock_guard<std::mutex> lk(mu_);
+      cv_.notify_all();
+    }
+    work(g);
+    const auto t0 = std::chrono::steady_clock::now();
+    while (pending_.load() != 0 && std::chrono::steady_clock::now() - t0 < kSpin) pause();
+    if (pending_.load() != 0) {
+      std::unique_lock<std::mutex> lk(mu_);
+      done_cv_.wait(lk, [this] { return pending_.load() == 0; });
+    }
+    std::lock_guard<std::mutex> lk(mu_);
     if (error_) std::rethrow_exception(error_);
   }
 
  private:
+  static constexpr std::chrono::microseconds kSpin{50};
+
+  static uint64_t pack(uint32_t gen, size_t count, size_t next) {
+    return static_cast<uint64_t>(gen) << 32 | static_cast<uint64_t>(count) << 16 | static_cast<uint64_t>(next);
+  }
+  static void pause() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#else
+    std::this_thread::yield();
+#endif
+  }
+
   void stop() {
     {
       std::lock_guard<std::mutex> lk(mu_);
-      quit_ = true;
+      quit_.store(true);
     }
     cv_.notify_all();
     for (auto& t : workers_) t.join();
     workers_.clear();
   }
 
-  void work() {
+  // Claims and runs tasks of generation g until none is left (or a later region has begun).
+  void work(uint32_t g) {
+    uint64_t s = claim_.load();
     for (;;) {
-      size_t i = next_.fetch_add(1);
-      if (i >= count_) return;
+      const size_t count = static_cast<size_t>((s >> 16) & 0xFFFF), i = static_cast<size_t>(s & 0xFFFF);
+      if (static_cast<uint32_t>(s >> 32) != g || i >= count) return;
+      if (!claim_.compare_exchange_weak(s, s + 1)) continue;  // s reloaded
       try {
         (*task_)(i);
       } catch (...) {
         std::lock_guard<std::mutex> lk(mu_);
         if (!error_) error_ = std::current_exception();
       }
-      std::lock_guard<std::mutex> lk(mu_);
-      if (--pending_ == 0) done_cv_.notify_all();
+      if (pending_.fetch_sub(1) == 1) {
+        std::lock_guard<std::mutex> lk(mu_);
+        done_cv_.notify_all();
+      }
+      s = claim_.load();
     }
   }
 
   void loop() {
-    size_t seen = 0;
+    uint32_t seen = gen_.load();
     for (;;) {
-      {
-        std::unique_lock<std::mutex> lk(mu_);
-        cv_.wait(lk, [&] { return quit_ || (generation_ != seen && task_ != nullptr); });
-        if (quit_) return;
-        seen = generation_;
+      uint32_t g = gen_.load();
+      const auto t0 = std::chrono::steady_clock::now();
+      while (g == seen && !quit_.load() && std::chrono::steady_clock::now() - t0 < kSpin) {
+        pause();
+        g = gen_.load();
       }
-      work();
+      if (g == seen && !quit_.load()) {
+        std::unique_lock<std::mutex> lk(mu_);
+        sleepers_.fetch_add(1);
+        cv_.wait(lk, [&] { return quit_.load() || gen_.load() != seen; });
+        sleepers_.fetch_sub(1);
+        g = gen_.load();
+      }
+      if (quit_.load()) return;
+      seen = g;
+      work(g);
     }
   }
 
@@ -90,11 +131,11 @@ class Pool {
   std::mutex mu_, run_mu_;
   std::condition_variable cv_, done_cv_;
   const std::function<void(size_t)>* task_ = nullptr;
-  size_t count_ = 0;
-  std::atomic<size_t> next_{0};
-  size_t pending_ = 0;
-  size_t generation_ = 0;
-  bool quit_ = false;
+  std::atomic<uint64_t> claim_{0};
+  std::atomic<uint32_t> gen_{0};
+  std::atomic<size_t> pending_{0};
+  std::atomic<int> sleepers_{0};
+  std::atomic<bool> quit_{false};
   std::exception_ptr error_;
 };
 
@@ -129,6 +170,7 @@ void parallel_for(size_t n, size_t grain, const std::function<void(size_t, size_
     fn(0, n);
     return;
   }
+  chunks = std::min<size_t>(chunks, 0xFFFF);  // Pool::run's limit
   const size_t per = (n + chunks - 1) / chunks;
   chunks = (n + per - 1) / per;
   pool().run(chunks, [&](size_t c) {
