@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <string>
 
@@ -236,6 +237,77 @@ void rows_one_token_avx2(const float* x, const uint8_t* codes, int64_t ldc, cons
   }
 }
 
+// GCC 12's AVX-512 headers start several intrinsics from an "undefined" register and then warn about it.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+// The same with AVX-512F: 16 codes decoded at once through the 16-entry signed table (code 8 is -0, as the
+// AVX2 path's sign flip gives), one multiply by the scale and one by the 16 activations; the two 8-lane halves
+// of the products are then added to the lane sums in column order, as the AVX2 path adds them.
+template <int kRound>
+__attribute__((target("avx512f,avx2,f16c"))) inline __m512 round512(__m512 v) {
+  if constexpr (kRound == 1) {  // f32_to_bf16 then back: RNE on the high half; NaN → quiet, sign kept
+    const __m512i u = _mm512_castps_si512(v);
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    const __m512i rne = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), odd);
+    const __m512i quiet = _mm512_or_si512(u, _mm512_set1_epi32(0x00400000));
+    const __mmask16 is_nan =
+        _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)), _mm512_set1_epi32(0x7F800000));
+    const __m512i r = _mm512_mask_blend_epi32(is_nan, rne, quiet);
+    return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+  } else if constexpr (kRound == 2) {  // IEEE RNE with subnormals and overflow to inf, as f32_to_f16
+    return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  return v;
+}
+
+template <int NR, int kRound>
+__attribute__((target("avx512f,avx2,f16c"))) void rows_one_token_fixed512(const float* x, const uint8_t* codes,
+                                                                          int64_t ldc, const float* sc, int64_t lds,
+                                                                          int64_t groups, float* acc) {
+  alignas(64) float signed_table[16];
+  for (int c = 0; c < 16; ++c) signed_table[c] = c & 8 ? -kE2M1Values[c & 7] : kE2M1Values[c & 7];
+  const __m512 table = _mm512_load_ps(signed_table);
+  __m256 a[NR];
+  for (int j = 0; j < NR; ++j) a[j] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    const __m512 xv = _mm512_loadu_ps(x + g * kGroupSize);
+    for (int j = 0; j < NR; ++j) {
+      const __m512i idx = _mm512_cvtepu8_epi32(group_nibbles(codes + j * ldc + g * 8));
+      const __m512 w = round512<kRound>(_mm512_mul_ps(_mm512_permutexvar_ps(idx, table), _mm512_set1_ps(sc[j * lds + g])));
+      const __m512 p = _mm512_mul_ps(xv, w);
+      a[j] = _mm256_add_ps(a[j], _mm512_castps512_ps256(p));
+      a[j] = _mm256_add_ps(a[j], _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(p), 1)));
+    }
+  }
+  for (int j = 0; j < NR; ++j) _mm256_storeu_ps(acc + j * kLanes, a[j]);
+}
+
+template <int kRound>
+void rows_one_token512_r(const float* x, const uint8_t* codes, int64_t ldc, const float* sc, int64_t lds,
+                         int64_t groups, int nr, float* acc) {
+  switch (nr) {
+    case 4: return rows_one_token_fixed512<4, kRound>(x, codes, ldc, sc, lds, groups, acc);
+    case 3: return rows_one_token_fixed512<3, kRound>(x, codes, ldc, sc, lds, groups, acc);
+    case 2: return rows_one_token_fixed512<2, kRound>(x, codes, ldc, sc, lds, groups, acc);
+    default: return rows_one_token_fixed512<1, kRound>(x, codes, ldc, sc, lds, groups, acc);
+  }
+}
+
+void rows_one_token_avx512(const float* x, const uint8_t* codes, int64_t ldc, const float* sc, int64_t lds,
+                           int64_t groups, DType round_t, int nr, float* acc) {
+  switch (round_code(round_t)) {
+    case 1: return rows_one_token512_r<1>(x, codes, ldc, sc, lds, groups, nr, acc);
+    case 2: return rows_one_token512_r<2>(x, codes, ldc, sc, lds, groups, nr, acc);
+    default: return rows_one_token512_r<0>(x, codes, ldc, sc, lds, groups, nr, acc);
+  }
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
 bool have_avx2() {
   // F16C by cpuid: clang's __builtin_cpu_supports does not know "f16c".
   static const bool yes = [] {
@@ -244,11 +316,27 @@ bool have_avx2() {
   }();
   return yes;
 }
+bool have_avx512() {
+  static const bool yes = have_avx2() && __builtin_cpu_supports("avx512f");
+  return yes;
+}
 #endif
+
+std::atomic<int> g_max_isa{static_cast<int>(CpuIsa::Avx512)};
+
+// What this CPU has, capped by set_cpu_linear_max_isa.
+CpuIsa isa_here() {
+  CpuIsa have = CpuIsa::Portable;
+#if defined(NVFP4_CPU_AVX2)
+  if (have_avx512()) have = CpuIsa::Avx512;
+  else if (have_avx2()) have = CpuIsa::Avx2;
+#endif
+  return static_cast<CpuIsa>(std::min(static_cast<int>(have), g_max_isa.load(std::memory_order_relaxed)));
+}
 
 void decode_rows(const uint8_t* codes, const float* sc, int64_t groups, DType round_t, float* out) {
 #if defined(NVFP4_CPU_AVX2)
-  if (have_avx2()) return decode_avx2(codes, sc, groups, round_t, out);
+  if (isa_here() >= CpuIsa::Avx2) return decode_avx2(codes, sc, groups, round_t, out);
 #endif
   decode_portable(codes, sc, groups, round_t, out);
 }
@@ -256,23 +344,19 @@ void decode_rows(const uint8_t* codes, const float* sc, int64_t groups, DType ro
 void tile(const float* x, int64_t ldx, int mr, const float* w, int64_t ldw, int nr, int64_t kk, float* acc,
           int64_t acc_ld) {
 #if defined(NVFP4_CPU_AVX2)
-  if (have_avx2()) return tile_avx2(x, ldx, mr, w, ldw, nr, kk, acc, acc_ld);
+  if (isa_here() >= CpuIsa::Avx2) return tile_avx2(x, ldx, mr, w, ldw, nr, kk, acc, acc_ld);
 #endif
   tile_portable(x, ldx, mr, w, ldw, nr, kk, acc, acc_ld);
 }
 
-bool rows_one_token_available() {
-#if defined(NVFP4_CPU_AVX2)
-  return have_avx2();
-#else
-  return false;
-#endif
-}
+bool rows_one_token_available() { return isa_here() >= CpuIsa::Avx2; }
 
-// acc[j·8 + l] = the lane sums of rows j < nr for one token x over all K (AVX2 only: rows_one_token_available).
+// acc[j·8 + l] = the lane sums of rows j < nr for one token x over all K (AVX2 or AVX-512F:
+// rows_one_token_available).
 void rows_one_token(const float* x, const uint8_t* codes, int64_t ldc, const float* sc, int64_t lds,
                     int64_t groups, DType round_t, int nr, float* acc) {
 #if defined(NVFP4_CPU_AVX2)
+  if (isa_here() == CpuIsa::Avx512) return rows_one_token_avx512(x, codes, ldc, sc, lds, groups, round_t, nr, acc);
   rows_one_token_avx2(x, codes, ldc, sc, lds, groups, round_t, nr, acc);
 #else
   (void)x, (void)codes, (void)ldc, (void)sc, (void)lds, (void)groups, (void)round_t, (void)nr, (void)acc;
@@ -300,6 +384,17 @@ std::vector<float> prepare_activations(const LinearWeights& w, Semantics s, DTyp
 }
 
 }  // namespace
+
+void set_cpu_linear_max_isa(CpuIsa isa) { g_max_isa.store(static_cast<int>(isa), std::memory_order_relaxed); }
+CpuIsa cpu_linear_isa() { return isa_here(); }
+const char* cpu_isa_name(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::Avx512: return "avx512";
+    case CpuIsa::Avx2: return "avx2";
+    case CpuIsa::Portable: break;
+  }
+  return "portable";
+}
 
 uint16_t linear_output(DType act, float acc, const float* bias_n) {
   return to_bits16(act, round_linear_output(act, acc, bias_n));

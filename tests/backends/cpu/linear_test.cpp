@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <string>
 #include <utility>
@@ -155,6 +156,13 @@ std::vector<uint16_t> ordered_oracle(const LinearWeights& w, Semantics s, DType 
 // the decoded weights), K with and without a partial last K block. Within the derived bound of the f64 reference
 // AND bit-identical to the ordered oracle, in every semantics, both dtypes, with and without bias.
 TEST(CpuLinear, BlockedPathKeepsTheSummationOrder) {
+  // Every instruction set this CPU has (portable, AVX2, AVX-512F: the one-token path), each against the oracle.
+  for (CpuIsa isa : {CpuIsa::Portable, CpuIsa::Avx2, CpuIsa::Avx512}) {
+  set_cpu_linear_max_isa(isa);
+  if (cpu_linear_isa() != isa) {
+    std::printf("CPU without %s: its path not run\n", cpu_isa_name(isa));
+    continue;
+  }
   uint32_t seed = 500;
   for (int64_t m : {1, 2, 7, 33, 130})
     for (auto [n, k] : {std::pair<int64_t, int64_t>{13, 16}, {37, 1040}, {9, 512}})
@@ -167,9 +175,12 @@ TEST(CpuLinear, BlockedPathKeepsTheSummationOrder) {
           std::vector<uint16_t> y(static_cast<size_t>(m * n), 0xFFFF);
           CpuLinear(c.w, s, act).run(c.x.data(), m, y.data());
           for (int64_t i = 0; i < m * n; ++i)
-            ASSERT_EQ(y[i], want[i]) << semantics_name(s) << " " << dtype_name(act) << " M=" << m << " N=" << n
-                                     << " K=" << k << " at (" << i / n << "," << i % n << ")";
+            ASSERT_EQ(y[i], want[i]) << cpu_isa_name(isa) << " " << semantics_name(s) << " " << dtype_name(act)
+                                     << " M=" << m << " N=" << n << " K=" << k << " at (" << i / n << "," << i % n
+                                     << ")";
         }
+  }
+  set_cpu_linear_max_isa(CpuIsa::Avx512);
 }
 
 // Past 64 tokens the executor decodes up to 64 rows per block, halved until every thread has 4 blocks: with
@@ -197,17 +208,18 @@ TEST(CpuLinear, ManyTokenRowBlocksKeepTheSummationOrder) {
 // is NaN for every token, the other rows are untouched, and all bits equal the ordered oracle's (the vectorised
 // decode and T-rounding treat NaN as the scalar rule does).
 TEST(CpuLinear, NanBlockScaleStaysInItsRow) {
-  for (DType act : {DType::BF16, DType::F16})
-    for (Semantics s : {Semantics::W4A16, Semantics::W4A4, Semantics::W4A4_VLLM}) {
-      Case c = make_case(3, 11, 1040, act, true, 321);
-      c.w.weight.scales[5 * (1040 / kGroupSize) + 40] = kE4M3NaN;  // row 5, group 40 (second K block)
-      const std::vector<uint16_t> want = ordered_oracle(c.w, s, act, c.x.data(), 3);
-      std::vector<uint16_t> y(3 * 11);
-      CpuLinear(c.w, s, act).run(c.x.data(), 3, y.data());
-      EXPECT_EQ(y, want) << semantics_name(s) << " " << dtype_name(act);
-      for (int i = 0; i < 3; ++i)
-        for (int j = 0; j < 11; ++j) EXPECT_EQ(std::isnan(from_bits16(act, y[i * 11 + j])), j == 5) << i << "," << j;
-    }
+  for (int m : {1, 3})  // the one-token path and the decoded tiles
+    for (DType act : {DType::BF16, DType::F16})
+      for (Semantics s : {Semantics::W4A16, Semantics::W4A4, Semantics::W4A4_VLLM}) {
+        Case c = make_case(m, 11, 1040, act, true, 321);
+        c.w.weight.scales[5 * (1040 / kGroupSize) + 40] = kE4M3NaN;  // row 5, group 40 (second K block)
+        const std::vector<uint16_t> want = ordered_oracle(c.w, s, act, c.x.data(), m);
+        std::vector<uint16_t> y(static_cast<size_t>(m * 11));
+        CpuLinear(c.w, s, act).run(c.x.data(), m, y.data());
+        EXPECT_EQ(y, want) << semantics_name(s) << " " << dtype_name(act) << " M=" << m;
+        for (int i = 0; i < m; ++i)
+          for (int j = 0; j < 11; ++j) EXPECT_EQ(std::isnan(from_bits16(act, y[i * 11 + j])), j == 5) << i << "," << j;
+      }
 }
 
 // The thread count changes only which thread computes a row block, never the bits.
