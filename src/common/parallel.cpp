@@ -50,8 +50,7 @@ class Pool {
       cv_.notify_all();
     }
     work(g);
-    const auto t0 = std::chrono::steady_clock::now();
-    while (pending_.load() != 0 && std::chrono::steady_clock::now() - t0 < kSpin) pause();
+    spin_while([this] { return pending_.load() != 0; });
     if (pending_.load() != 0) {
       std::unique_lock<std::mutex> lk(mu_);
       done_cv_.wait(lk, [this] { return pending_.load() == 0; });
@@ -65,6 +64,16 @@ class Pool {
 
   static uint64_t pack(uint32_t gen, size_t count, size_t next) {
     return static_cast<uint64_t>(gen) << 32 | static_cast<uint64_t>(count) << 16 | static_cast<uint64_t>(next);
+  }
+  // Spins (pausing) while busy() holds, for at most kSpin; the clock is read every 32 turns (reading it costs
+  // more than a pause).
+  template <typename F>
+  static void spin_while(F busy) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int turn = 1; busy(); ++turn) {
+      pause();
+      if (turn % 32 == 0 && std::chrono::steady_clock::now() - t0 >= kSpin) return;
+    }
   }
   static void pause() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -108,12 +117,8 @@ class Pool {
   void loop() {
     uint32_t seen = gen_.load();
     for (;;) {
+      spin_while([&] { return gen_.load() == seen && !quit_.load(); });
       uint32_t g = gen_.load();
-      const auto t0 = std::chrono::steady_clock::now();
-      while (g == seen && !quit_.load() && std::chrono::steady_clock::now() - t0 < kSpin) {
-        pause();
-        g = gen_.load();
-      }
       if (g == seen && !quit_.load()) {
         std::unique_lock<std::mutex> lk(mu_);
         sleepers_.fetch_add(1);
