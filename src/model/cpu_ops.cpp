@@ -169,18 +169,47 @@ void dense_matmul(const float* x, int64_t m, const DenseWeight& w, float* acc) {
 }
 
 NVFP4_CLONES
-float dot_f32(const float* a, const float* b, int64_t n) {
+void dot_rows_f32(const float* q, const float* rows, int64_t ld, int64_t count, int64_t n, float* out) {
   const int64_t nv = n / 16 * 16;
-  v16f s = {};
-  for (int64_t j = 0; j < nv; j += 16) s += load16(a + j) * load16(b + j);
-  float t = hsum(s);
-  for (int64_t j = nv; j < n; ++j) t += a[j] * b[j];
-  return t;
+  auto finish = [&](v16f s, const float* b) {
+    float t = hsum(s);
+    for (int64_t j = nv; j < n; ++j) t += q[j] * b[j];
+    return t;
+  };
+  int64_t r = 0;
+  for (; r + 4 <= count; r += 4) {  // four independent sums in flight
+    const float *b0 = rows + r * ld, *b1 = b0 + ld, *b2 = b1 + ld, *b3 = b2 + ld;
+    v16f s0 = {}, s1 = {}, s2 = {}, s3 = {};
+    for (int64_t j = 0; j < nv; j += 16) {
+      const v16f qv = load16(q + j);
+      s0 += qv * load16(b0 + j);
+      s1 += qv * load16(b1 + j);
+      s2 += qv * load16(b2 + j);
+      s3 += qv * load16(b3 + j);
+    }
+    out[r] = finish(s0, b0);
+    out[r + 1] = finish(s1, b1);
+    out[r + 2] = finish(s2, b2);
+    out[r + 3] = finish(s3, b3);
+  }
+  for (; r < count; ++r) {
+    const float* b = rows + r * ld;
+    v16f s = {};
+    for (int64_t j = 0; j < nv; j += 16) s += load16(q + j) * load16(b + j);
+    out[r] = finish(s, b);
+  }
 }
 
 NVFP4_CLONES
-void axpy_f32(float a, const float* x, float* y, int64_t n) {
-  for (int64_t j = 0; j < n; ++j) y[j] += a * x[j];
+void axpy_rows_f32(const float* a, const float* rows, int64_t ld, int64_t count, float* y, int64_t n) {
+  const int64_t nv = n / 16 * 16;
+  for (int64_t j = 0; j < nv; j += 16) {  // 16 elements of y stay in registers over every row
+    v16f yv = load16(y + j);
+    for (int64_t t = 0; t < count; ++t) yv = yv + a[t] * load16(rows + t * ld + j);
+    std::memcpy(y + j, &yv, sizeof(yv));
+  }
+  for (int64_t j = nv; j < n; ++j)
+    for (int64_t t = 0; t < count; ++t) y[j] += a[t] * rows[t * ld + j];
 }
 
 void rmsnorm(const float* x, const float* w, int64_t m, int64_t d, float eps, DType t, float* out) {

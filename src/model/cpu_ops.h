@@ -24,10 +24,12 @@ struct DenseWeight {
 // an F32 DenseWeight holding the same values. Thread-parallel over N (common/parallel.h).
 void dense_matmul(const float* x, int64_t m, const DenseWeight& w, float* acc);
 
-// Σ a[i]·b[i] over n values, f32 lanes (the attention dot product).
-float dot_f32(const float* a, const float* b, int64_t n);
-// y[i] += a · x[i]
-void axpy_f32(float a, const float* x, float* y, int64_t n);
+// The attention's products over `count` rows of n values, ld apart (cache rows):
+// out[t] = Σ_i q[i]·rows[t·ld + i], each in 16 f32 lanes (i ≡ lane mod 16, in increasing i) then a fixed
+// pairwise lane sum, then the tail; rows are taken 4 at a time (the same operations per row).
+void dot_rows_f32(const float* q, const float* rows, int64_t ld, int64_t count, int64_t n, float* out);
+// y[i] += a[t] · rows[t·ld + i] for t = 0, 1, ..., count - 1 in that order (per element: multiply, then add).
+void axpy_rows_f32(const float* a, const float* rows, int64_t ld, int64_t count, float* y, int64_t n);
 
 // out (m, d) = T( T(x · r) · w ), r = 1/sqrt(mean(x²) + eps) per row (HF LlamaRMSNorm: normalise in f32,
 // round to T, multiply by the weight in T).

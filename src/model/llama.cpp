@@ -907,8 +907,9 @@ void LlamaModel::forward(const int32_t* tokens, int64_t n, float* logits, bool a
         const float* vb = vc + kvh * cap_ * hd;
         s.resize(static_cast<size_t>(p + 1));
         float mx = -INFINITY;
+        dot_rows_f32(qh, kb, hd, p + 1, hd, s.data());
         for (int64_t t = 0; t <= p; ++t) {
-          s[t] = dot_f32(qh, kb + t * hd, hd) * scale;
+          s[t] = s[t] * scale;
           mx = std::max(mx, s[t]);
         }
         double sum = 0;
@@ -917,9 +918,10 @@ void LlamaModel::forward(const int32_t* tokens, int64_t n, float* logits, bool a
           sum += s[t];
         }
         const float inv = static_cast<float>(1.0 / sum);
+        for (int64_t t = 0; t <= p; ++t) s[t] = s[t] * inv;  // each position's weight
         float* o = att.data() + (i * nh + h) * hd;
         std::fill(o, o + hd, 0.0f);
-        for (int64_t t = 0; t <= p; ++t) axpy_f32(s[t] * inv, vb + t * hd, o, hd);
+        axpy_rows_f32(s.data(), vb, hd, p + 1, o, hd);
         round_to_dtype(o, hd, act_);
       }
     });
