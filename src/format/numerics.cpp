@@ -96,7 +96,5 @@ float f16_to_f32(uint16_t h) {
   return float_of(sign | (static_cast<uint32_t>(e - 15 + 127) << 23) | (m << 13));
 }
 
-uint16_t to_bits16(DType t, float x) { return t == DType::F16 ? f32_to_f16(x) : f32_to_bf16(x); }
-float from_bits16(DType t, uint16_t b) { return t == DType::F16 ? f16_to_f32(b) : bf16_to_f32(b); }
 
 }  // namespace nvfp4

@@ -67,8 +67,8 @@ inline float round_linear_output(DType t, float acc, const float* bias) {
   return bias ? round_to(t, r + *bias) : r;
 }
 // Bit pattern of T(x) for a 16-bit T (F16 or BF16), and back.
-uint16_t to_bits16(DType t, float x);
-float from_bits16(DType t, uint16_t b);
+inline uint16_t to_bits16(DType t, float x) { return t == DType::F16 ? f32_to_f16(x) : f32_to_bf16(x); }
+inline float from_bits16(DType t, uint16_t b) { return t == DType::F16 ? f16_to_f32(b) : bf16_to_f32(b); }
 
 // ---- packing (SPEC §1): element 2j is the LOW nibble of byte j ---------------------------------------
 inline uint8_t pack_e2m1x2(uint8_t lo, uint8_t hi) { return static_cast<uint8_t>((lo & 0xF) | (hi << 4)); }
