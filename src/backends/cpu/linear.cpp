@@ -248,26 +248,6 @@ __attribute__((target("avx2,f16c"))) void rows_one_token_fixed(const float* x, c
   for (int j = 0; j < NR; ++j) _mm256_storeu_ps(acc + j * kLanes, a[j]);
 }
 
-template <int kRound>
-void rows_one_token_r(const float* x, const uint8_t* codes, int64_t ldc, const float* sc, int64_t lds,
-                      int64_t groups, int nr, float* acc) {
-  switch (nr) {
-    case 4: return rows_one_token_fixed<4, kRound>(x, codes, ldc, sc, lds, groups, acc);
-    case 3: return rows_one_token_fixed<3, kRound>(x, codes, ldc, sc, lds, groups, acc);
-    case 2: return rows_one_token_fixed<2, kRound>(x, codes, ldc, sc, lds, groups, acc);
-    default: return rows_one_token_fixed<1, kRound>(x, codes, ldc, sc, lds, groups, acc);
-  }
-}
-
-void rows_one_token_avx2(const float* x, const uint8_t* codes, int64_t ldc, const float* sc, int64_t lds,
-                         int64_t groups, DType round_t, int nr, float* acc) {
-  switch (round_code(round_t)) {
-    case 1: return rows_one_token_r<1>(x, codes, ldc, sc, lds, groups, nr, acc);
-    case 2: return rows_one_token_r<2>(x, codes, ldc, sc, lds, groups, nr, acc);
-    default: return rows_one_token_r<0>(x, codes, ldc, sc, lds, groups, nr, acc);
-  }
-}
-
 // GCC 12's AVX-512 headers start several intrinsics from an "undefined" register and then warn about it.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
@@ -315,29 +295,39 @@ __attribute__((target("avx512f,avx2,f16c"))) void rows_one_token_fixed512(const 
   for (int j = 0; j < NR; ++j) _mm256_storeu_ps(acc + j * kLanes, a[j]);
 }
 
-template <int kRound>
-void rows_one_token512_r(const float* x, const uint8_t* codes, int64_t ldc, const float* sc, int64_t lds,
-                         int64_t groups, int nr, float* acc) {
-  switch (nr) {
-    case 4: return rows_one_token_fixed512<4, kRound>(x, codes, ldc, sc, lds, groups, acc);
-    case 3: return rows_one_token_fixed512<3, kRound>(x, codes, ldc, sc, lds, groups, acc);
-    case 2: return rows_one_token_fixed512<2, kRound>(x, codes, ldc, sc, lds, groups, acc);
-    default: return rows_one_token_fixed512<1, kRound>(x, codes, ldc, sc, lds, groups, acc);
-  }
-}
-
-void rows_one_token_avx512(const float* x, const uint8_t* codes, int64_t ldc, const float* sc, int64_t lds,
-                           int64_t groups, DType round_t, int nr, float* acc) {
-  switch (round_code(round_t)) {
-    case 1: return rows_one_token512_r<1>(x, codes, ldc, sc, lds, groups, nr, acc);
-    case 2: return rows_one_token512_r<2>(x, codes, ldc, sc, lds, groups, nr, acc);
-    default: return rows_one_token512_r<0>(x, codes, ldc, sc, lds, groups, nr, acc);
-  }
-}
-
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
+
+// One token's rows through the AVX2 (k512 false) or AVX-512F kernel, the rounding and row count as template
+// arguments.
+template <bool k512, int NR, int kRound>
+void rows_one_token_kernel(const float* x, const uint8_t* codes, int64_t ldc, const float* sc, int64_t lds,
+                           int64_t groups, float* acc) {
+  if constexpr (k512) rows_one_token_fixed512<NR, kRound>(x, codes, ldc, sc, lds, groups, acc);
+  else rows_one_token_fixed<NR, kRound>(x, codes, ldc, sc, lds, groups, acc);
+}
+
+template <bool k512, int kRound>
+void rows_one_token_nr(const float* x, const uint8_t* codes, int64_t ldc, const float* sc, int64_t lds,
+                       int64_t groups, int nr, float* acc) {
+  switch (nr) {
+    case 4: return rows_one_token_kernel<k512, 4, kRound>(x, codes, ldc, sc, lds, groups, acc);
+    case 3: return rows_one_token_kernel<k512, 3, kRound>(x, codes, ldc, sc, lds, groups, acc);
+    case 2: return rows_one_token_kernel<k512, 2, kRound>(x, codes, ldc, sc, lds, groups, acc);
+    default: return rows_one_token_kernel<k512, 1, kRound>(x, codes, ldc, sc, lds, groups, acc);
+  }
+}
+
+template <bool k512>
+void rows_one_token_simd(const float* x, const uint8_t* codes, int64_t ldc, const float* sc, int64_t lds,
+                         int64_t groups, DType round_t, int nr, float* acc) {
+  switch (round_code(round_t)) {
+    case 1: return rows_one_token_nr<k512, 1>(x, codes, ldc, sc, lds, groups, nr, acc);
+    case 2: return rows_one_token_nr<k512, 2>(x, codes, ldc, sc, lds, groups, nr, acc);
+    default: return rows_one_token_nr<k512, 0>(x, codes, ldc, sc, lds, groups, nr, acc);
+  }
+}
 
 bool have_avx2() {
   // F16C by cpuid: clang's __builtin_cpu_supports does not know "f16c".
@@ -388,8 +378,8 @@ bool rows_one_token_available() { return isa_here() >= CpuIsa::Avx2; }
 void rows_one_token(const float* x, const uint8_t* codes, int64_t ldc, const float* sc, int64_t lds,
                     int64_t groups, DType round_t, int nr, float* acc) {
 #if defined(NVFP4_CPU_AVX2)
-  if (isa_here() == CpuIsa::Avx512) return rows_one_token_avx512(x, codes, ldc, sc, lds, groups, round_t, nr, acc);
-  rows_one_token_avx2(x, codes, ldc, sc, lds, groups, round_t, nr, acc);
+  if (isa_here() == CpuIsa::Avx512) return rows_one_token_simd<true>(x, codes, ldc, sc, lds, groups, round_t, nr, acc);
+  rows_one_token_simd<false>(x, codes, ldc, sc, lds, groups, round_t, nr, acc);
 #else
   (void)x, (void)codes, (void)ldc, (void)sc, (void)lds, (void)groups, (void)round_t, (void)nr, (void)acc;
   fail("rows_one_token: not built");
