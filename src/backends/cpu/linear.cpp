@@ -254,7 +254,8 @@ __attribute__((target("avx2,f16c"))) void rows_one_token_fixed(const float* x, c
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 // The same with AVX-512F: 16 codes decoded at once through the 16-entry signed table (code 8 is -0, as the
-// AVX2 path's sign flip gives), one multiply by the scale and one by the 16 activations; the two 8-lane halves
+// AVX2 path's sign flip gives; the permute reads each index's low 4 bits, so the bytes need no masking), one
+// multiply by the scale and one by the 16 activations; the two 8-lane halves
 // of the products are then added to the lane sums in column order, as the AVX2 path adds them.
 template <int kRound>
 __attribute__((target("avx512f,avx2,f16c"))) inline __m512 round512(__m512 v) {
@@ -280,12 +281,15 @@ __attribute__((target("avx512f,avx2,f16c"))) void rows_one_token_fixed512(const 
   alignas(64) float signed_table[16];
   for (int c = 0; c < 16; ++c) signed_table[c] = c & 8 ? -kE2M1Values[c & 7] : kE2M1Values[c & 7];
   const __m512 table = _mm512_load_ps(signed_table);
+  // Lane 2i holds byte i (the permute reads only its low nibble), lane 2i + 1 byte i >> 4 (its high nibble).
+  const __m512i shifts = _mm512_set_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0);
   __m256 a[NR];
   for (int j = 0; j < NR; ++j) a[j] = _mm256_setzero_ps();
   for (int64_t g = 0; g < groups; ++g) {
     const __m512 xv = _mm512_loadu_ps(x + g * kGroupSize);
     for (int j = 0; j < NR; ++j) {
-      const __m512i idx = _mm512_cvtepu8_epi32(group_nibbles(codes + j * ldc + g * 8));
+      const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + j * ldc + g * 8));
+      const __m512i idx = _mm512_srlv_epi32(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b, b)), shifts);
       const __m512 w = round512<kRound>(_mm512_mul_ps(_mm512_permutexvar_ps(idx, table), _mm512_set1_ps(sc[j * lds + g])));
       const __m512 p = _mm512_mul_ps(xv, w);
       a[j] = _mm256_add_ps(a[j], _mm512_castps512_ps256(p));
