@@ -65,14 +65,17 @@ class Pool {
   static uint64_t pack(uint32_t gen, size_t count, size_t next) {
     return static_cast<uint64_t>(gen) << 32 | static_cast<uint64_t>(count) << 16 | static_cast<uint64_t>(next);
   }
-  // Spins (pausing) while busy() holds, for at most kSpin; the clock is read every 32 turns (reading it costs
-  // more than a pause).
+  // Spins (pausing) while busy() holds, for at most kSpin; every 32 turns it reads the clock (reading it costs
+  // more than a pause) and yields the CPU, so that with more threads than CPUs the spinning ones give way to
+  // those with work.
   template <typename F>
   static void spin_while(F busy) {
     const auto t0 = std::chrono::steady_clock::now();
     for (int turn = 1; busy(); ++turn) {
       pause();
-      if (turn % 32 == 0 && std::chrono::steady_clock::now() - t0 >= kSpin) return;
+      if (turn % 32 != 0) continue;
+      if (std::chrono::steady_clock::now() - t0 >= kSpin) return;
+      std::this_thread::yield();
     }
   }
   static void pause() {
