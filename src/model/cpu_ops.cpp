@@ -69,12 +69,20 @@ struct F16Weights {
 };
 
 // Fixed pairwise lane sum: (((l0+l8)+(l4+l12))+...) so every path sums in the same order.
+// Σ of the 16 lanes in a fixed pairwise order: a[i] + a[i + w] for w = 8, 4, 2, 1 (as vector halves, which
+// the compiler otherwise turned into 15 scalar additions).
 inline float hsum(v16f v) {
-  float a[16];
-  std::memcpy(a, &v, sizeof(a));
-  for (int w = 8; w >= 1; w /= 2)
-    for (int i = 0; i < w; ++i) a[i] = a[i] + a[i + w];
-  return a[0];
+  typedef float v8f __attribute__((vector_size(32)));
+  typedef float v4f __attribute__((vector_size(16)));
+  v8f lo, hi;
+  std::memcpy(&lo, &v, sizeof(lo));
+  std::memcpy(&hi, reinterpret_cast<const char*>(&v) + sizeof(lo), sizeof(hi));
+  const v8f s8 = lo + hi;
+  v4f l4, h4;
+  std::memcpy(&l4, &s8, sizeof(l4));
+  std::memcpy(&h4, reinterpret_cast<const char*>(&s8) + sizeof(l4), sizeof(h4));
+  const v4f s4 = l4 + h4;
+  return (s4[0] + s4[2]) + (s4[1] + s4[3]);
 }
 
 constexpr int kRowBlock = 4;  // tokens processed per pass over a weight row
