@@ -155,7 +155,7 @@ void tile_rows(const float* x, int64_t ldx, const float* w, int64_t ldw, int nr,
   }
 }
 
-// mr <= 4 tokens: one register tile with k512, else tiles of up to 2 tokens.
+// mr <= 4 tokens with k512, else <= 2.
 void tile_avx2(const float* x, int64_t ldx, int mr, const float* w, int64_t ldw, int nr, int64_t kk, float* acc,
                int64_t acc_ld, bool k512) {
   if (k512) {
@@ -166,10 +166,8 @@ void tile_avx2(const float* x, int64_t ldx, int mr, const float* w, int64_t ldw,
       default: return tile_rows<1, true>(x, ldx, w, ldw, nr, kk, acc, acc_ld);
     }
   }
-  for (int i = 0; i < mr; i += 2) {
-    if (mr - i >= 2) tile_rows<2, false>(x + i * ldx, ldx, w, ldw, nr, kk, acc + i * acc_ld * kLanes, acc_ld);
-    else tile_rows<1, false>(x + i * ldx, ldx, w, ldw, nr, kk, acc + i * acc_ld * kLanes, acc_ld);
-  }
+  if (mr == 2) return tile_rows<2, false>(x, ldx, w, ldw, nr, kk, acc, acc_ld);
+  tile_rows<1, false>(x, ldx, w, ldw, nr, kk, acc, acc_ld);
 }
 
 // Decode 8 codes (the low 8 bytes of nib, one code per byte) at once: magnitude by a permute of the 8-entry
@@ -359,35 +357,40 @@ CpuIsa isa_here() {
   return static_cast<CpuIsa>(std::min(static_cast<int>(have), g_max_isa.load(std::memory_order_relaxed)));
 }
 
-void decode_rows(const uint8_t* codes, const float* sc, int64_t groups, DType round_t, float* out) {
+// The kernels below take the instruction set CpuLinear::run read once (isa_here) for the whole call.
+void decode_rows(CpuIsa isa, const uint8_t* codes, const float* sc, int64_t groups, DType round_t, float* out) {
 #if defined(NVFP4_CPU_AVX2)
-  if (isa_here() >= CpuIsa::Avx2) return decode_avx2(codes, sc, groups, round_t, out);
+  if (isa >= CpuIsa::Avx2) return decode_avx2(codes, sc, groups, round_t, out);
+#else
+  (void)isa;
 #endif
   decode_portable(codes, sc, groups, round_t, out);
 }
 
-void tile(const float* x, int64_t ldx, int mr, const float* w, int64_t ldw, int nr, int64_t kk, float* acc,
-          int64_t acc_ld) {
+// mr <= tokens_per_tile(isa).
+void tile(CpuIsa isa, const float* x, int64_t ldx, int mr, const float* w, int64_t ldw, int nr, int64_t kk,
+          float* acc, int64_t acc_ld) {
 #if defined(NVFP4_CPU_AVX2)
-  const CpuIsa isa = isa_here();
   if (isa >= CpuIsa::Avx2) return tile_avx2(x, ldx, mr, w, ldw, nr, kk, acc, acc_ld, isa == CpuIsa::Avx512);
+#else
+  (void)isa;
 #endif
   tile_portable(x, ldx, mr, w, ldw, nr, kk, acc, acc_ld);
 }
 
-bool rows_one_token_available() { return isa_here() >= CpuIsa::Avx2; }
+// Tokens per register tile of `tile`.
+int64_t tokens_per_tile(CpuIsa isa) { return isa == CpuIsa::Avx512 ? kMr512 : kMr; }
 
-// acc[j·8 + l] = the lane sums of rows j < nr for one token x over all K (AVX2 or AVX-512F:
-// rows_one_token_available).
-void rows_one_token(const float* x, const uint8_t* codes, int64_t ldc, const float* sc, int64_t lds,
+// acc[j·8 + l] = the lane sums of rows j < nr for one token x over all K; isa >= Avx2 (there is no portable
+// version: the portable path decodes a tile as for more tokens).
+void rows_one_token(CpuIsa isa, const float* x, const uint8_t* codes, int64_t ldc, const float* sc, int64_t lds,
                     int64_t groups, DType round_t, int nr, float* acc) {
 #if defined(NVFP4_CPU_AVX2)
-  if (isa_here() == CpuIsa::Avx512) return rows_one_token_simd<true>(x, codes, ldc, sc, lds, groups, round_t, nr, acc);
-  rows_one_token_simd<false>(x, codes, ldc, sc, lds, groups, round_t, nr, acc);
-#else
-  (void)x, (void)codes, (void)ldc, (void)sc, (void)lds, (void)groups, (void)round_t, (void)nr, (void)acc;
-  fail("rows_one_token: not built");
+  if (isa == CpuIsa::Avx512) return rows_one_token_simd<true>(x, codes, ldc, sc, lds, groups, round_t, nr, acc);
+  if (isa == CpuIsa::Avx2) return rows_one_token_simd<false>(x, codes, ldc, sc, lds, groups, round_t, nr, acc);
 #endif
+  (void)x, (void)codes, (void)ldc, (void)sc, (void)lds, (void)groups, (void)round_t, (void)nr, (void)acc;
+  fail(std::string("rows_one_token: no ") + cpu_isa_name(isa) + " kernel");
 }
 
 // Activations converted to f32 in the form each semantics multiplies: x itself (w4a16), e2m1·sx (w4a4),
@@ -459,9 +462,10 @@ void CpuLinear::run(const uint16_t* x, int64_t m, uint16_t* y) const {
   // With a single token block nothing is reused across token blocks, so every K block goes to offset 0 and the
   // tile stays in L1.
   const bool keep = m > kTokenBlock;
+  const CpuIsa isa = isa_here();
   // One token: each weight decoded in registers and used at once (rows_one_token), where that exists.
-  const bool one_token_fused = rows_one_token_available();
-  const int64_t mr = isa_here() == CpuIsa::Avx512 ? kMr512 : kMr;  // tokens per register tile
+  const bool one_token = m == 1 && isa >= CpuIsa::Avx2;
+  const int64_t mr = tokens_per_tile(isa);
   const size_t wbuf_size = static_cast<size_t>(rows * (keep ? k : std::min(k, kKBlock)));
   const size_t acc_size = static_cast<size_t>(std::min(m, kTokenBlock) * rows * kLanes);
   parallel_for(static_cast<size_t>(blocks), 1, [&](size_t b0, size_t b1) {
@@ -476,9 +480,8 @@ void CpuLinear::run(const uint16_t* x, int64_t m, uint16_t* y) const {
       for (int64_t mb = 0; mb < m; mb += kTokenBlock) {
         const int64_t mbn = std::min(kTokenBlock, m - mb);
         std::fill(acc, acc + mbn * nb * kLanes, 0.0f);
-        const bool one_token = m == 1 && one_token_fused;
         for (int64_t r = 0; one_token && r < nb; r += kNr)
-          rows_one_token(xf.data(), w_.weight.codes.data() + (rb + r) * (k / 2), k / 2,
+          rows_one_token(isa, xf.data(), w_.weight.codes.data() + (rb + r) * (k / 2), k / 2,
                          wscale_.data() + (rb + r) * groups, groups, groups, wround,
                          static_cast<int>(std::min<int64_t>(kNr, nb - r)), acc + r * kLanes);
         for (int64_t kc = 0; !one_token && kc < k; kc += kKBlock) {
@@ -486,12 +489,12 @@ void CpuLinear::run(const uint16_t* x, int64_t m, uint16_t* y) const {
           float* const wt = wbuf + (keep ? kc * rows : 0);  // this K block's (nb, kk) tile
           if (mb == 0)
             for (int64_t r = 0; r < nb; ++r)
-              decode_rows(w_.weight.codes.data() + (rb + r) * (k / 2) + kc / 2,
+              decode_rows(isa, w_.weight.codes.data() + (rb + r) * (k / 2) + kc / 2,
                           wscale_.data() + (rb + r) * groups + kc / kGroupSize, kk / kGroupSize, wround,
                           wt + r * kk);
           for (int64_t r = 0; r < nb; r += kNr)
             for (int64_t i = 0; i < mbn; i += mr)
-              tile(xf.data() + (mb + i) * ldx + kc, ldx, static_cast<int>(std::min<int64_t>(mr, mbn - i)),
+              tile(isa, xf.data() + (mb + i) * ldx + kc, ldx, static_cast<int>(std::min<int64_t>(mr, mbn - i)),
                    wt + r * kk, kk, static_cast<int>(std::min<int64_t>(kNr, nb - r)), kk,
                    acc + (i * nb + r) * kLanes, nb);
         }
