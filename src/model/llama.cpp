@@ -325,6 +325,11 @@ struct Loader {
   // scales become one QuantizedLinear (concat_linear_outputs) that every part points to; otherwise, or when
   // they cannot be fused, each is loaded on its own (the reason is logged at debug level).
   void linears(std::initializer_list<Part> parts, int64_t k, bool bias_allowed, bool fuse) const {
+    for (const Part& p : parts) {
+      p.l->name = p.name;
+      p.l->n = p.n;
+      p.l->k = k;
+    }
     bool all_q = fuse && parts.size() > 1;
     for (const Part& p : parts) all_q = all_q && quantized(p.name);
     if (!all_q) {
@@ -344,9 +349,6 @@ struct Loader {
       std::shared_ptr<QuantizedLinear> q = QuantizedLinear::create(std::move(f), sels[0], act);
       int64_t col = 0;
       for (const Part& p : parts) {
-        p.l->name = p.name;
-        p.l->n = p.n;
-        p.l->k = k;
         p.l->q = q;
         p.l->col0 = col;
         col += p.n;
@@ -356,9 +358,6 @@ struct Loader {
     rep.debug("not fused (" + why + "): " + parts.begin()->name + " and the linears beside it");
     size_t i = 0;
     for (const Part& p : parts) {
-      p.l->name = p.name;
-      p.l->n = p.n;
-      p.l->k = k;
       p.l->q = QuantizedLinear::create(std::move(ws[i]), sels[i], act);
       ++i;
     }
@@ -697,13 +696,12 @@ void LlamaModel::forward_device(const int32_t* tokens, int64_t n, float* logits,
         // directly, instead of a conversion kernel on each side of every linear.
         uint16_t* const xb = D.bits_in.u16();  // the input bits of the linear(s) next in line
         cuda_ops::rmsnorm(D.x.f(), nm.in_norm.f(), n, H, eps, act_, D.a.f(), s, xb);
+        // q alone, or the fused q/k/v linear (Loader::linears): rows of q, k, v side by side
+        L.q.q->forward(xb, n, D.qb.p, s);
         cuda_ops::QkvBits qkv{D.qb.u16(), D.kb.u16(), D.vb.u16()};
         if (L.q.fused()) {
-          // one linear for q/k/v (Loader::linears fuses them in that order): rows of q, k, v side by side
-          L.q.q->forward(xb, n, D.qb.p, s);
           qkv = {D.qb.u16() + L.q.col0, D.qb.u16() + L.k.col0, D.qb.u16() + L.v.col0, L.q.q->out_features()};
         } else {
-          L.q.q->forward(xb, n, D.qb.p, s);
           L.k.q->forward(xb, n, D.kb.p, s);
           L.v.q->forward(xb, n, D.vb.p, s);
         }
@@ -713,12 +711,11 @@ void LlamaModel::forward_device(const int32_t* tokens, int64_t n, float* logits,
         L.o.q->forward(xb, n, D.bits_out.p, s);
         cuda_ops::residual_add(D.x.f(), D.tmp.f(), n * H, act_, s, D.bits_out.u16());
         cuda_ops::rmsnorm(D.x.f(), nm.post_norm.f(), n, H, eps, act_, D.a.f(), s, xb);
+        L.gate.q->forward(xb, n, D.gb.p, s);  // gate alone, or the fused gate/up linear: rows of gate then up
         if (L.gate.fused()) {
-          L.gate.q->forward(xb, n, D.gb.p, s);  // rows of gate then up
           cuda_ops::silu_mul(D.g.f(), D.u.f(), n * I, act_, s, D.gb.u16() + L.gate.col0, D.gb.u16() + L.up.col0, xb,
                              I, L.gate.q->out_features());
         } else {
-          L.gate.q->forward(xb, n, D.gb.p, s);
           L.up.q->forward(xb, n, D.ub.p, s);
           cuda_ops::silu_mul(D.g.f(), D.u.f(), n * I, act_, s, D.gb.u16(), D.ub.u16(), xb);
         }
