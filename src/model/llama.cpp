@@ -203,6 +203,7 @@ struct LlamaModel::DeviceState {
   int device = 0;
   std::unique_ptr<cuda_ops::Gemm> gemm;
   DevBuf embed, final_norm, rope, kc, vc;
+  DevBuf attn;  // attention's scratch (cuda_ops::attention_scratch_bytes), zeroed once
   struct LayerNorms {
     DevBuf in_norm, post_norm;
   };
@@ -554,6 +555,9 @@ void LlamaModel::init_device(const DeviceInfo& d) {
   const size_t kv = static_cast<size_t>(c.n_layers * nkv * cap_ * hd) * 4;
   D->kc.ensure(kv, device);
   D->vc.ensure(kv, device);
+  const size_t attn = cuda_ops::attention_scratch_bytes(c.n_heads, hd, cap_);
+  D->attn.ensure(attn, device);
+  cuda_ops::device_zero(D->attn.p, attn);
   auto dense = [&](const Linear& l) {
     if (l.q) return;
     auto dd = std::make_unique<DeviceState::Dense>();
@@ -707,7 +711,7 @@ void LlamaModel::forward_device(const int32_t* tokens, int64_t n, float* logits,
         }
         cuda_ops::rope_store_kv(D.q.f(), D.k.f(), D.v.f(), n, nh, nkv, hd, D.rope.f(), pos_max, kc, vc, cap_, act_,
                                 s, pos_dev, qkv);
-        cuda_ops::attention(D.q.f(), kc, vc, n, pos_max, nh, nkv, hd, cap_, act_, D.att.f(), s, pos_dev, xb);
+        cuda_ops::attention(D.q.f(), kc, vc, n, pos_max, nh, nkv, hd, cap_, act_, D.att.f(), s, pos_dev, xb, D.attn.p);
         L.o.q->forward(xb, n, D.bits_out.p, s);
         cuda_ops::residual_add(D.x.f(), D.tmp.f(), n * H, act_, s, D.bits_out.u16());
         cuda_ops::rmsnorm(D.x.f(), nm.post_norm.f(), n, H, eps, act_, D.a.f(), s, xb);
@@ -729,7 +733,8 @@ void LlamaModel::forward_device(const int32_t* tokens, int64_t n, float* logits,
       lin(L.v, D.a.f(), n, D.v.f());
       cuda_ops::rope_store_kv(D.q.f(), D.k.f(), D.v.f(), n, nh, nkv, hd, D.rope.f(), pos_max, kc, vc, cap_, act_, s,
                               pos_dev);
-      cuda_ops::attention(D.q.f(), kc, vc, n, pos_max, nh, nkv, hd, cap_, act_, D.att.f(), s, pos_dev);
+      cuda_ops::attention(D.q.f(), kc, vc, n, pos_max, nh, nkv, hd, cap_, act_, D.att.f(), s, pos_dev, nullptr,
+                          D.attn.p);
       lin(L.o, D.att.f(), n, D.tmp.f());
       cuda_ops::residual_add(D.x.f(), D.tmp.f(), n * H, act_, s);
       cuda_ops::rmsnorm(D.x.f(), nm.post_norm.f(), n, H, eps, act_, D.a.f(), s);
@@ -748,7 +753,8 @@ void LlamaModel::forward_device(const int32_t* tokens, int64_t n, float* logits,
     // The buffers a captured step reads and writes (the weights, caches and tables never move).
     const std::vector<const void*> key = {D.ids.p, D.pos.p, D.x.p,       D.a.p,        D.tmp.p, D.q.p,     D.att.p,
                                           D.k.p,   D.v.p,   D.g.p,       D.u.p,        D.bits_in.p, D.bits_out.p,
-                                          D.logits.p, D.qb.p,  D.kb.p,  D.vb.p,      D.gb.p,       D.ub.p};
+                                          D.logits.p, D.qb.p,  D.kb.p,  D.vb.p,      D.gb.p,       D.ub.p,
+                                          D.attn.p};
     if (D.graph && D.graph_key != key) D.graph.reset();
     if (!D.graph && D.eager_one_token_steps >= 1) {
       try {

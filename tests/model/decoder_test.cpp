@@ -78,7 +78,7 @@ std::string write_tiny(const Tiny& t, const std::string& dir, const std::string&
       << "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": " << t.H
       << ", \"intermediate_size\": " << t.I << ", \"num_hidden_layers\": " << t.L << ", \"num_attention_heads\": " << t.nh
       << ", \"num_key_value_heads\": " << t.nkv << ", \"vocab_size\": " << t.V
-      << ", \"max_position_embeddings\": 64, \"rms_norm_eps\": " << t.eps << ", \"rope_theta\": " << t.theta
+      << ", \"max_position_embeddings\": 256, \"rms_norm_eps\": " << t.eps << ", \"rope_theta\": " << t.theta
       << ", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": " << t.factor << ", \"low_freq_factor\": " << t.lo
       << ", \"high_freq_factor\": " << t.hi << ", \"original_max_position_embeddings\": " << t.orig
       << "}, \"attention_bias\": true, \"tie_word_embeddings\": " << (tied ? "true" : "false")
@@ -472,6 +472,10 @@ TEST(Decoder, GpuOpsGraphDecodeEqualsEagerBitForBit) {
     prefill({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22});
     decode({11, 38, 6}, "after a longer prefill");
     EXPECT_EQ(g->position(), 4 + 22 + 3) << tag;
+    // Positions 29 .. 98 of a 256-token cache: attention splits each head's positions over 1 to 4 blocks.
+    std::vector<int32_t> run(70);
+    for (size_t i = 0; i < run.size(); ++i) run[i] = static_cast<int32_t>((7 * i + 3) % t.V);
+    decode(run, "past 32, 64 and 96 positions");
     EXPECT_TRUE(g->decode_graph_active()) << tag;
     EXPECT_TRUE(warnings.empty()) << tag << ": " << (warnings.empty() ? "" : warnings[0]);
   }

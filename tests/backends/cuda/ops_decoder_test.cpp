@@ -14,6 +14,7 @@
 #include "backends/cuda/device/device_info.h"
 #include "backends/cuda/ops/decoder_ops.h"
 #include "backends/cuda/ops/device_memory.h"
+#include "common/error.h"
 #include "format/numerics.h"
 
 using namespace nvfp4;
@@ -123,7 +124,9 @@ TEST(CudaDecoderOps, SiluMulAndRmsnormWithinOneUlp) {
 // RoPE and the KV store exactly; attention against f64 within the bound of docs/TESTING.md ("Decoder ops on the
 // GPU"), computed per output from the data. Shapes: a short cache, and caches long enough that every warp
 // of the attention kernel takes several rounds of positions, with head sizes that fill 2, 4 and (partly) 3
-// of its per-lane element slots.
+// of its per-lane element slots, and 8 (hd 256); one-token steps whose positions are split over 1, 4, 8, 16
+// and 64 blocks per head (the largest cache: several rounds per warp in each split), each run a second time
+// on the same scratch, which must give the same bits (the kernel leaves its counters ready).
 TEST(CudaDecoderOps, RopeStoreAndAttentionAgainstF64) {
   NEED_GPU();
   struct Shape {
@@ -131,9 +134,13 @@ TEST(CudaDecoderOps, RopeStoreAndAttentionAgainstF64) {
   };
   const DType t = DType::F32;
   unsigned seed = 8;
-  for (const Shape& sh : {Shape{7, 3, 6, 2, 64, 16}, Shape{3, 200, 8, 2, 128, 256}, Shape{2, 61, 4, 4, 80, 64}}) {
+  for (const Shape& sh : {Shape{7, 3, 6, 2, 64, 16}, Shape{3, 200, 8, 2, 128, 256}, Shape{2, 61, 4, 4, 80, 64},
+                          Shape{1, 5, 6, 2, 64, 2048}, Shape{1, 100, 4, 1, 64, 2048}, Shape{1, 900, 8, 2, 128, 1024},
+                          Shape{1, 300, 2, 1, 256, 512}, Shape{1, 2999, 4, 2, 128, 4096}}) {
     const int64_t n = sh.n, pos0 = sh.pos0, nh = sh.nh, nkv = sh.nkv, hd = sh.hd, cap = sh.cap;
-    const std::string tag = "hd " + std::to_string(hd) + " pos0 " + std::to_string(pos0);
+    const int splits = co::attention_splits(n, nh, cap);
+    const std::string tag = "hd " + std::to_string(hd) + " pos0 " + std::to_string(pos0) + " splits " +
+                            std::to_string(splits);
     auto q = rnd(n * nh * hd, 1.0f, seed++), k = rnd(n * nkv * hd, 1.0f, seed++), v = rnd(n * nkv * hd, 1.0f, seed++);
     std::vector<float> cs(cap * hd);
     for (int64_t p = 0; p < cap; ++p)
@@ -145,9 +152,13 @@ TEST(CudaDecoderOps, RopeStoreAndAttentionAgainstF64) {
     // Cache rows before pos0 hold earlier tokens.
     auto kc = rnd(nkv * cap * hd, 1.0f, seed++), vc = rnd(nkv * cap * hd, 1.0f, seed++);
     Dev<float> dq(q), dk(k), dv(v), dcs(cs), dkc(kc), dvc(vc), out(std::vector<float>(n * nh * hd, NAN));
+    Dev<float> out2(std::vector<float>(n * nh * hd, NAN));
+    Dev<uint8_t> scratch(std::vector<uint8_t>(co::attention_scratch_bytes(nh, hd, cap), 0));
     co::rope_store_kv(dq.p, dk.p, dv.p, n, nh, nkv, hd, dcs.p, pos0, dkc.p, dvc.p, cap, t, nullptr);
-    co::attention(dq.p, dkc.p, dvc.p, n, pos0, nh, nkv, hd, cap, t, out.p, nullptr);
+    co::attention(dq.p, dkc.p, dvc.p, n, pos0, nh, nkv, hd, cap, t, out.p, nullptr, nullptr, nullptr, scratch.p);
+    co::attention(dq.p, dkc.p, dvc.p, n, pos0, nh, nkv, hd, cap, t, out2.p, nullptr, nullptr, nullptr, scratch.p);
     const auto gq = dq.get(), gkc = dkc.get(), gvc = dvc.get(), go = out.get();
+    ASSERT_EQ(go, out2.get()) << tag << ": a second call on the same scratch";
     // RoPE and the cache writes: the same f32 operations on both sides, exact.
     auto rope = [&](float* vec, int64_t p) {
       for (int64_t i = 0; i < hd / 2; ++i) {
@@ -169,9 +180,9 @@ TEST(CudaDecoderOps, RopeStoreAndAttentionAgainstF64) {
     ASSERT_EQ(gq, q) << tag;
     ASSERT_EQ(gkc, kc) << tag;
     ASSERT_EQ(gvc, vc) << tag;
-    // Attention in f64. Bound (derived in docs/TESTING.md): with P = p + 1 positions, A = max over s of
-    // scale·Σ_e|q_e·k_se|, Vmax = max |v| and u = 2^-24:
-    //   |err| <= 1.01 · Vmax · (4·γ_{hd+2}·A + 2^-21 + 3·γ_{P+1} + 2u) + u·|o|.
+    // Attention in f64. Bound (derived in docs/TESTING.md): with P = p + 1 positions, S splits, A = max over s
+    // of scale·Σ_e|q_e·k_se|, Vmax = max |v| and u = 2^-24:
+    //   |err| <= 1.01 · Vmax · (4·γ_{hd+2}·A + 2^-20 + 3·γ_{P+S+2}) + 2u·|o|.
     const double u = std::ldexp(1.0, -24);
     auto gam = [&](double m) { return m * u / (1 - m * u); };
     const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
@@ -198,14 +209,27 @@ TEST(CudaDecoderOps, RopeStoreAndAttentionAgainstF64) {
         for (int64_t e = 0; e < hd; ++e) {
           double o = 0;
           for (int64_t j = 0; j <= p; ++j) o += s[j] / sum * vc[(g * cap + j) * hd + e];
-          const double bound =
-              1.01 * vmax * (4 * gam(hd + 2) * A + std::ldexp(1.0, -21) + 3 * gam(P + 1) + 2 * u) + u * std::fabs(o);
+          const double bound = 1.01 * vmax * (4 * gam(hd + 2) * A + std::ldexp(1.0, -20) + 3 * gam(P + splits + 2)) +
+                               2 * u * std::fabs(o);
           const double err = std::fabs(o - go[(i * nh + h) * hd + e]);
           ASSERT_LE(err, bound) << tag << " token " << i << " head " << h << " e " << e;
           worst = std::max(worst, err / bound);
         }
       }
     EXPECT_GT(worst, 0.0) << tag;  // the GPU did compute (a NaN-poisoned output would have failed above)
+  }
+  // The split rule: ranges of 64 positions at the cache's capacity, one block per head and token for a prompt;
+  // a one-token step on a cache that splits needs the scratch, refused before any launch.
+  EXPECT_EQ(co::attention_splits(1, 32, 2048), 32);
+  EXPECT_EQ(co::attention_splits(1, 32, 64), 1);
+  EXPECT_EQ(co::attention_splits(1, 32, 1 << 20), 64);
+  EXPECT_EQ(co::attention_splits(1, 64, 1 << 20), 32);  // at most 2048 blocks
+  EXPECT_EQ(co::attention_splits(5, 32, 2048), 1);
+  try {
+    co::attention(nullptr, nullptr, nullptr, 1, 5, 32, 8, 128, 2048, t, nullptr, nullptr);
+    ADD_FAILURE() << "attention without scratch on a split cache was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("scratch"), std::string::npos) << e.what();
   }
 }
 

@@ -270,102 +270,183 @@ __global__ void k_rope_store(float* q, float* k, const float* v, int64_t n, int6
   }
 }
 
-// ---- attention: one block per (query head, token); scores in dynamic shared memory ----------------------
-// Warp w of the block takes the positions s = w, w + kAttnWarps, ...; lane l the head elements e = l + 32u
-// (u < kE). Scores: each lane's partial dot product over its elements in order of u, then a butterfly sum
-// over the lanes (every lane ends with the same value: each step adds the same two numbers on both sides).
-// Weighted sum: each warp sums its positions in order, then the warps' sums are added in warp order. Loads of
-// kAttnPos positions are issued before they are used.
+// ---- attention: blocks per (query head, token, split of the positions); scores in dynamic shared memory --
+// Block (h, i, z) takes positions [lo, hi) of token i's p + 1: split z of `splits` ranges of ceil((p+1)/splits)
+// (decoding; splits = 1 otherwise). Warp w takes the positions lo + w, lo + w + kAttnWarps, ...; lane l the
+// head elements e = l + 32u (u < kE). Scores: each lane's partial dot product over its elements in order of
+// u, then a butterfly sum over the lanes (every lane ends with the same value: each step adds the same two
+// numbers on both sides). Weights e_s = exp(score_s - m) against the block's maximum m, their sum l in the
+// fixed order of block_sum; the weighted sum: each warp sums its positions in order, then the warps' sums are
+// added in warp order. One split: out = acc / l. Several: the block stores (acc, m, l) in the scratch and the
+// last block of the head to arrive adds them in split order, scaled by exp(m_z - M) (M the largest m_z):
+// out = Σ_z c_z acc_z / Σ_z c_z l_z. Loads of kAttnPos positions are issued before they are used; a warp's
+// first kAttnPos value rows are loaded with its first key rows and kept in registers (at decode a split is
+// often one such round: one trip to memory for both).
 constexpr int kAttnWarps = 4;
 constexpr int kAttnThreads = 32 * kAttnWarps;
-constexpr int kAttnPos = 4;
 constexpr int64_t kMaxHeadDim = 256;
-constexpr int64_t kMaxPositions = 32768;  // 128 KiB of scores (opt-in shared memory above 32 KiB; sm_80+ have >= 163 KiB)
+constexpr int64_t kMaxPositions = 32768;  // per block: 128 KiB of scores (opt-in shared memory above 32 KiB)
+// Decoding: a split takes at least this many positions (one round of every warp at kE <= 4), and the grid
+// offers enough splits for ranges of kSplitPositions at the cache's capacity, at most kMaxSplits and
+// kMaxSplitBlocks blocks.
+constexpr int64_t kMinSplitPositions = 32, kSplitPositions = 64, kMaxSplits = 64, kMaxSplitBlocks = 2048;
+// Positions per warp and round: one-token steps (kDecode) 8 where the registers allow, and their first value
+// rows are loaded with the key rows; a prompt's blocks (many per head: throughput, not latency) 4 and the
+// value rows in the second pass only, in half the registers.
+template <int kE, bool kDecode>
+constexpr int attn_pos() {
+  return kDecode && kE <= 4 ? 8 : 4;
+}
 
-// The lane's elements of kAttnPos cache rows s0, s0 + kAttnWarps, ... (zero past position p or past hd).
-template <int kE>
-__device__ __forceinline__ void load_positions(const float* rows, int64_t s0, int64_t p, int64_t hd, int l,
-                                               float (&r)[kAttnPos][kE]) {
+// The lane's elements of kP cache rows s0, s0 + kAttnWarps, ... (zero at hi and past, or past hd).
+template <int kP, int kE>
+__device__ __forceinline__ void load_positions(const float* rows, int64_t s0, int64_t hi, int64_t hd, int l,
+                                               float (&r)[kP][kE]) {
 #pragma unroll
-  for (int j = 0; j < kAttnPos; ++j) {
+  for (int j = 0; j < kP; ++j) {
     const int64_t s = s0 + j * kAttnWarps;
 #pragma unroll
-    for (int u = 0; u < kE; ++u) r[j][u] = s <= p && l + 32 * u < hd ? rows[s * hd + l + 32 * u] : 0.0f;
+    for (int u = 0; u < kE; ++u) r[j][u] = s < hi && l + 32 * u < hd ? rows[s * hd + l + 32 * u] : 0.0f;
   }
 }
 
-template <int kE>
+// Scratch of a decoding step: nh arrival counters (padded to 256 bytes), then per head and split hd + 2 floats:
+// acc[hd], m, l.
+constexpr size_t counter_bytes(int64_t nh) { return static_cast<size_t>((nh * 4 + 255) / 256 * 256); }
+
+template <int kE, bool kDecode>
 __global__ void k_attention(const float* q, const float* kc, const float* vc, int64_t pos0, const int32_t* pos_dev,
                             int64_t nh, int64_t nkv, int64_t hd, int64_t cap, float scale, int t, float* out,
-                            uint16_t* ob) {
+                            uint16_t* ob, int max_splits, int* counters, float* partial) {
+  constexpr int kP = attn_pos<kE, kDecode>();
   op_begin();
   if (pos_dev) pos0 = *pos_dev;
   extern __shared__ float sc[];
   __shared__ float part[kAttnWarps][kE * 32];
   __shared__ float red[32];
+  __shared__ int last;
   const int w = threadIdx.x / 32, l = threadIdx.x % 32;
   const int64_t h = blockIdx.x, i = blockIdx.y;
+  const int z = static_cast<int>(blockIdx.z);
   const int64_t p = pos0 + i, g = h / (nh / nkv);
+  const int64_t want = (p + kMinSplitPositions) / kMinSplitPositions;
+  const int splits = want < max_splits ? static_cast<int>(want) : max_splits;
+  if (z >= splits) return;
+  const int64_t per = (p + splits) / splits;
+  const int64_t lo = z * per, hi = min(p + 1, lo + per);
   const float* qh = q + (i * nh + h) * hd;
   const float* kb = kc + g * cap * hd;
   const float* vb = vc + g * cap * hd;
   float qv[kE];
 #pragma unroll
   for (int u = 0; u < kE; ++u) qv[u] = l + 32 * u < hd ? qh[l + 32 * u] : 0.0f;
+  constexpr int64_t kRound = kAttnWarps * kP;
+  float v0[kDecode ? kP : 1][kE];  // the warp's first value rows (kDecode)
   float mx = -INFINITY;
-  for (int64_t s0 = w; s0 <= p; s0 += kAttnWarps * kAttnPos) {
-    float kv[kAttnPos][kE];
-    load_positions(kb, s0, p, hd, l, kv);
+  for (int64_t s0 = lo + w; s0 < hi; s0 += kRound) {
+    float kv[kP][kE];
+    load_positions(kb, s0, hi, hd, l, kv);
+    if constexpr (kDecode) {
+      if (s0 == lo + w) load_positions(vb, s0, hi, hd, l, v0);
+    }
 #pragma unroll
-    for (int j = 0; j < kAttnPos; ++j) {
+    for (int j = 0; j < kP; ++j) {
       float d = 0;
 #pragma unroll
       for (int u = 0; u < kE; ++u) d = __fadd_rn(d, __fmul_rn(qv[u], kv[j][u]));
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) d = __fadd_rn(d, __shfl_xor_sync(0xFFFFFFFFu, d, o));
       const int64_t s = s0 + j * kAttnWarps;
-      if (s <= p) {
+      if (s < hi) {
         d = __fmul_rn(d, scale);
-        if (l == 0) sc[s] = d;
+        if (l == 0) sc[s - lo] = d;
         mx = fmaxf(mx, d);
       }
     }
   }
   mx = block_max(mx, red);  // its barriers also make the scores visible
   float sum = 0;
-  for (int64_t s = threadIdx.x; s <= p; s += blockDim.x) {
-    const float e = expf(sc[s] - mx);
-    sc[s] = e;
-    sum += e;
+  for (int64_t s = lo + threadIdx.x; s < hi; s += blockDim.x) {
+    const float e = expf(__fsub_rn(sc[s - lo], mx));
+    sc[s - lo] = e;
+    sum = __fadd_rn(sum, e);
   }
   sum = block_sum(sum, red);
-  const float inv = 1.0f / sum;
   __syncthreads();
   float acc[kE];
 #pragma unroll
   for (int u = 0; u < kE; ++u) acc[u] = 0;
-  for (int64_t s0 = w; s0 <= p; s0 += kAttnWarps * kAttnPos) {
-    float vv[kAttnPos][kE];
-    load_positions(vb, s0, p, hd, l, vv);
+  for (int64_t s0 = lo + w; s0 < hi; s0 += kRound) {
+    float vv[kP][kE];
+    if (kDecode && s0 == lo + w) {
 #pragma unroll
-    for (int j = 0; j < kAttnPos; ++j) {
+      for (int j = 0; j < kP; ++j)
+#pragma unroll
+        for (int u = 0; u < kE; ++u) vv[j][u] = v0[kDecode ? j : 0][u];
+    } else {
+      load_positions(vb, s0, hi, hd, l, vv);
+    }
+#pragma unroll
+    for (int j = 0; j < kP; ++j) {
       const int64_t s = s0 + j * kAttnWarps;
-      if (s > p) break;
-      const float pw = __fmul_rn(sc[s], inv);
+      if (s >= hi) break;
+      const float e = sc[s - lo];
 #pragma unroll
-      for (int u = 0; u < kE; ++u) acc[u] = __fadd_rn(acc[u], __fmul_rn(pw, vv[j][u]));
+      for (int u = 0; u < kE; ++u) acc[u] = __fadd_rn(acc[u], __fmul_rn(e, vv[j][u]));
     }
   }
 #pragma unroll
   for (int u = 0; u < kE; ++u) part[w][l + 32 * u] = acc[u];
   __syncthreads();
+  float* const orow = out + (i * nh + h) * hd;
+  uint16_t* const obrow = ob ? ob + (i * nh + h) * hd : nullptr;
+  if (splits == 1) {
+    for (int64_t e = threadIdx.x; e < hd; e += blockDim.x) {
+      float o = part[0][e];
+#pragma unroll
+      for (int v = 1; v < kAttnWarps; ++v) o = __fadd_rn(o, part[v][e]);
+      o = round_t(__fdiv_rn(o, sum), t);
+      orow[e] = o;
+      if (obrow) obrow[e] = bits_t(o, t);
+    }
+    return;
+  }
+  // Several splits (decoding: i = 0): this block's sums into the scratch; the last block of the head adds them.
+  const int64_t row = hd + 2;
+  float* const mine = partial + (h * max_splits + z) * row;
   for (int64_t e = threadIdx.x; e < hd; e += blockDim.x) {
     float o = part[0][e];
 #pragma unroll
     for (int v = 1; v < kAttnWarps; ++v) o = __fadd_rn(o, part[v][e]);
-    o = round_t(o, t);
-    out[(i * nh + h) * hd + e] = o;
-    if (ob) ob[(i * nh + h) * hd + e] = bits_t(o, t);
+    mine[e] = o;
+  }
+  if (threadIdx.x == 0) {
+    mine[hd] = mx;
+    mine[hd + 1] = sum;
+  }
+  __threadfence();  // the sums are visible device-wide before the count says so
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(&counters[h], 1) == splits - 1;
+    if (last) counters[h] = 0;  // every split has counted: ready for the next call
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const float* const head = partial + h * max_splits * row;
+  float mall = -INFINITY;
+  for (int zz = 0; zz < splits; ++zz) mall = fmaxf(mall, __ldcg(head + zz * row + hd));
+  for (int64_t e = threadIdx.x; e < hd; e += blockDim.x) {
+    float num = 0, den = 0;
+    for (int zz = 0; zz < splits; ++zz) {
+      const float* r = head + zz * row;
+      const float c = expf(__fsub_rn(__ldcg(r + hd), mall));
+      den = __fadd_rn(den, __fmul_rn(c, __ldcg(r + hd + 1)));
+      num = __fadd_rn(num, __fmul_rn(c, __ldcg(r + e)));
+    }
+    const float o = round_t(__fdiv_rn(num, den), t);
+    orow[e] = o;
+    if (obrow) obrow[e] = bits_t(o, t);
   }
 }
 
@@ -422,36 +503,61 @@ void rope_store_kv(float* q, float* k, const float* v, int64_t n, int64_t nh, in
             pos_dev, kc, vc, cap, code_of(t), bits.q, bits.k, bits.v, bits.stride);
 }
 
+int attention_splits(int64_t n, int64_t nh, int64_t cap) {
+  if (n != 1 || nh <= 0) return 1;
+  const int64_t most = std::max<int64_t>(1, std::min<int64_t>(kMaxSplits, kMaxSplitBlocks / nh));
+  return static_cast<int>(std::clamp<int64_t>((cap + kSplitPositions - 1) / kSplitPositions, 1, most));
+}
+
+size_t attention_scratch_bytes(int64_t nh, int64_t hd, int64_t cap) {
+  const int splits = attention_splits(1, nh, cap);
+  return counter_bytes(nh) + static_cast<size_t>(nh * splits * (hd + 2)) * sizeof(float);
+}
+
 void attention(const float* q, const float* kc, const float* vc, int64_t n, int64_t pos0, int64_t nh, int64_t nkv,
                int64_t hd, int64_t cap, DType t, float* out, void* stream, const int32_t* pos_dev,
-               uint16_t* out_bits) {
+               uint16_t* out_bits, void* scratch) {
   if (n == 0) return;
   check_bits16(t, out_bits, "attention");
   if (hd > kMaxHeadDim) fail("cuda decoder op attention: head_dim " + std::to_string(hd) + " > 256");
-  if (pos0 + n > kMaxPositions) {
-    fail("cuda decoder op attention: position " + std::to_string(pos0 + n) + " beyond the kernel's limit of " +
+  if (nkv <= 0 || nh % nkv != 0) fail("cuda decoder op attention: heads not a multiple of kv heads");
+  if (pos0 + n > cap) fail("cuda decoder op attention: positions beyond the KV cache");
+  const int splits = attention_splits(n, nh, cap);
+  if (splits > 1 && !scratch) {
+    fail("cuda decoder op attention: a cache of " + std::to_string(cap) + " positions splits decoding over " +
+         std::to_string(splits) + " blocks per head, which needs scratch (attention_scratch_bytes)");
+  }
+  // Positions per block, at most: below the last split count, a split takes <= kMinSplitPositions (the count
+  // is at least (p + 1) / kMinSplitPositions); with all of them, ceil((p + 1) / splits) at p <= pos0.
+  const int64_t per = splits > 1 ? std::max(kMinSplitPositions, (pos0 + n + splits - 1) / splits) : pos0 + n;
+  if (per > kMaxPositions) {
+    fail("cuda decoder op attention: " + std::to_string(per) + " positions for one block, beyond the kernel's limit of " +
          std::to_string(kMaxPositions));
   }
-  if (nkv <= 0 || nh % nkv != 0) fail("cuda decoder op attention: heads not a multiple of kv heads");
   // Scores plus 4 floats of slack, rounded to 16 bytes: ptxas may merge guarded tail loads of the score
   // loops into one wider shared load (up to 12 bytes past the last score read; seen with compute-sanitizer
   // memcheck on an earlier form of the kernel), which must stay inside the allocation.
-  const size_t shmem = static_cast<size_t>((pos0 + n + 4 + 3) / 4 * 4) * sizeof(float);
+  const size_t shmem = static_cast<size_t>((per + 4 + 3) / 4 * 4) * sizeof(float);
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
-  auto go = [&](auto kernel) {
+  int* const counters = splits > 1 ? static_cast<int*>(scratch) : nullptr;
+  float* const partial = splits > 1 ? reinterpret_cast<float*>(static_cast<char*>(scratch) + counter_bytes(nh)) : nullptr;
+  auto go = [&](auto decode_kernel, auto prompt_kernel) {
+    const auto kernel = n == 1 ? decode_kernel : prompt_kernel;
     // The static arrays (per-warp sums, reduction slots) take <= 4.2 KiB; past 32 KiB of scores the 48 KiB
     // default is opted out of.
     if (shmem > 32 * 1024) {
       check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shmem)),
             "attention shared memory opt-in");
     }
-    launch_op("attention", kernel, dim3(static_cast<unsigned>(nh), static_cast<unsigned>(n)), dim3(kAttnThreads),
-              shmem, stream, q, kc, vc, pos0, pos_dev, nh, nkv, hd, cap, scale, code_of(t), out, out_bits);
+    launch_op("attention", kernel,
+              dim3(static_cast<unsigned>(nh), static_cast<unsigned>(n), static_cast<unsigned>(splits)),
+              dim3(kAttnThreads), shmem, stream, q, kc, vc, pos0, pos_dev, nh, nkv, hd, cap, scale, code_of(t), out,
+              out_bits, splits, counters, partial);
   };
-  if (hd <= 32) go(k_attention<1>);
-  else if (hd <= 64) go(k_attention<2>);
-  else if (hd <= 128) go(k_attention<4>);
-  else go(k_attention<8>);
+  if (hd <= 32) go(k_attention<1, true>, k_attention<1, false>);
+  else if (hd <= 64) go(k_attention<2, true>, k_attention<2, false>);
+  else if (hd <= 128) go(k_attention<4, true>, k_attention<4, false>);
+  else go(k_attention<8, true>, k_attention<8, false>);
 }
 
 void silu_mul(float* g, const float* u, int64_t n, DType t, void* stream, const uint16_t* g_bits,

@@ -58,10 +58,18 @@ void rope_store_kv(float* q, float* k, const float* v, int64_t n, int64_t nh, in
 
 // Causal attention with GQA (query head j reads kv head j / (nh/nkv)): for token i at position p = pos0 + i,
 // out[i, j] = T( Σ_{s<=p} softmax_s(q·k_s / sqrt(hd)) · v_s ). q, out: (n, nh, hd); kc, vc: (nkv, cap, hd).
-// Limits: hd <= 256, p < 32768 (scores live in shared memory). Throws otherwise.
+// Decoding (n == 1) splits each head's positions over up to attention_splits(n, nh, cap) blocks (1 + p / 32
+// of them at most: the count depends on p alone, so a replayed graph and a direct call compute the same
+// numbers), each summing its positions against its own maximum; the last block of a head to finish adds the
+// splits' sums in split order. Their partial sums meet in `scratch`: attention_scratch_bytes(nh, hd, cap)
+// bytes of device memory, zeroed before its first use (the kernel leaves it zeroed again); needed when
+// attention_splits > 1. Limits: hd <= 256, at most 32768 positions per block (scores live in shared memory).
+// Throws otherwise.
+int attention_splits(int64_t n, int64_t nh, int64_t cap);
+size_t attention_scratch_bytes(int64_t nh, int64_t hd, int64_t cap);
 void attention(const float* q, const float* kc, const float* vc, int64_t n, int64_t pos0, int64_t nh, int64_t nkv,
                int64_t hd, int64_t cap, DType t, float* out, void* stream, const int32_t* pos_dev = nullptr,
-               uint16_t* out_bits = nullptr);
+               uint16_t* out_bits = nullptr, void* scratch = nullptr);
 
 // g (n) = T(T(silu(g)) · u)   (silu in f64). With bits_cols > 0, element i of g_bits and u_bits is at
 // (i / bits_cols) · bits_stride + i % bits_cols (rows of a fused gate/up linear's output: gate then up).

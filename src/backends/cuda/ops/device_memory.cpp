@@ -26,6 +26,11 @@ void device_free(void* p) noexcept {
   if (p) cudaFree(p);
 }
 
+void device_zero(void* p, size_t bytes) {
+  check(cudaMemset(p, 0, bytes), "cudaMemset");
+  check(cudaDeviceSynchronize(), "cudaMemset");
+}
+
 void copy_to_device(void* dst, const void* src, size_t bytes) {
   check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "copy of activations to the device");
 }

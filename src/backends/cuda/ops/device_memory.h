@@ -12,6 +12,8 @@ namespace nvfp4::cuda_ops {
 void* device_alloc(size_t bytes, int device);
 // cudaFree; null is allowed. Never throws.
 void device_free(void* p) noexcept;
+// Sets `bytes` bytes at p to zero (synchronous w.r.t. the host).
+void device_zero(void* p, size_t bytes);
 // Host -> device copy of `bytes`, ordered on the legacy default stream (synchronous w.r.t. the host).
 void copy_to_device(void* dst, const void* src, size_t bytes);
 // Device -> host copy; waits for the work queued before it on the default stream. Throws on a CUDA error
