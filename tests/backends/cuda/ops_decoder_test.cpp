@@ -124,9 +124,10 @@ TEST(CudaDecoderOps, SiluMulAndRmsnormWithinOneUlp) {
 // RoPE and the KV store exactly; attention against f64 within the bound of docs/TESTING.md ("Decoder ops on the
 // GPU"), computed per output from the data. Shapes: a short cache, and caches long enough that every warp
 // of the attention kernel takes several rounds of positions, with head sizes that fill 2, 4 and (partly) 3
-// of its per-lane element slots, and 8 (hd 256); one-token steps whose positions are split over 1, 4, 8, 16
-// and 64 blocks per head (the largest cache: several rounds per warp in each split), each run a second time
-// on the same scratch, which must give the same bits (the kernel leaves its counters ready).
+// of its per-lane element slots, and 8 (hd 256); prompts in blocks of 1, 2 and 4 query heads sharing a kv head;
+// one-token steps whose positions are split over 1, 4, 8, 16 and 64 blocks (the largest cache: several rounds
+// per warp in each split), each run a second time on the same scratch, which must give the same bits (the
+// kernel leaves its counters ready).
 TEST(CudaDecoderOps, RopeStoreAndAttentionAgainstF64) {
   NEED_GPU();
   struct Shape {
@@ -135,6 +136,7 @@ TEST(CudaDecoderOps, RopeStoreAndAttentionAgainstF64) {
   const DType t = DType::F32;
   unsigned seed = 8;
   for (const Shape& sh : {Shape{7, 3, 6, 2, 64, 16}, Shape{3, 200, 8, 2, 128, 256}, Shape{2, 61, 4, 4, 80, 64},
+                          Shape{2, 40, 4, 2, 32, 64},
                           Shape{1, 5, 6, 2, 64, 2048}, Shape{1, 100, 4, 1, 64, 2048}, Shape{1, 900, 8, 2, 128, 1024},
                           Shape{1, 300, 2, 1, 256, 512}, Shape{1, 2999, 4, 2, 128, 4096}}) {
     const int64_t n = sh.n, pos0 = sh.pos0, nh = sh.nh, nkv = sh.nkv, hd = sh.hd, cap = sh.cap;
@@ -218,9 +220,10 @@ TEST(CudaDecoderOps, RopeStoreAndAttentionAgainstF64) {
       }
     EXPECT_GT(worst, 0.0) << tag;  // the GPU did compute (a NaN-poisoned output would have failed above)
   }
-  // The split rule: ranges of 64 positions at the cache's capacity, one block per head and token for a prompt;
-  // a one-token step on a cache that splits needs the scratch, refused before any launch.
+  // The split rule: ranges of 64 positions at the cache's capacity, one block per head group and token for a
+  // prompt; a one-token step on a cache that splits needs the scratch, refused before any launch.
   EXPECT_EQ(co::attention_splits(1, 32, 2048), 32);
+  EXPECT_EQ(co::attention_splits(1, 32, 128), 2);
   EXPECT_EQ(co::attention_splits(1, 32, 64), 1);
   EXPECT_EQ(co::attention_splits(1, 32, 1 << 20), 64);
   EXPECT_EQ(co::attention_splits(1, 64, 1 << 20), 32);  // at most 2048 blocks

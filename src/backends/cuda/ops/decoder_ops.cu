@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "backends/cuda/cuda_util.cuh"
 #include "common/error.h"
@@ -270,32 +271,42 @@ __global__ void k_rope_store(float* q, float* k, const float* v, int64_t n, int6
   }
 }
 
-// ---- attention: blocks per (query head, token, split of the positions); scores in dynamic shared memory --
-// Block (h, i, z) takes positions [lo, hi) of token i's p + 1: split z of `splits` ranges of ceil((p+1)/splits)
-// (decoding; splits = 1 otherwise). Warp w takes the positions lo + w, lo + w + kAttnWarps, ...; lane l the
-// head elements e = l + 32u (u < kE). Scores: each lane's partial dot product over its elements in order of
-// u, then a butterfly sum over the lanes (every lane ends with the same value: each step adds the same two
-// numbers on both sides). Weights e_s = exp(score_s - m) against the block's maximum m, their sum l in the
-// fixed order of block_sum; the weighted sum: each warp sums its positions in order, then the warps' sums are
-// added in warp order. One split: out = acc / l. Several: the block stores (acc, m, l) in the scratch and the
-// last block of the head to arrive adds them in split order, scaled by exp(m_z - M) (M the largest m_z):
-// out = Σ_z c_z acc_z / Σ_z c_z l_z. Loads of kAttnPos positions are issued before they are used; a warp's
-// first kAttnPos value rows are loaded with its first key rows and kept in registers (at decode a split is
-// often one such round: one trip to memory for both).
+// ---- attention: blocks per (group of query heads, token, split of the positions); scores in shared memory ---
+// Block (x, i, z) takes the kG query heads kG·x .. kG·x + kG - 1, which read one kv head (kG divides nh / nkv),
+// and positions [lo, hi) of token i's p + 1: split z of `splits` ranges of ceil((p + 1) / splits) (decoding;
+// splits = 1 otherwise). Each key and value row is loaded once for the kG heads. Warp w takes the positions
+// lo + w, lo + w + kAttnWarps, ...; lane l the head elements e = l + 32u (u < kE). Per head: the scores are each
+// lane's partial dot product over its elements in order of u, then a butterfly sum over the lanes (every lane
+// ends with the same value: each step adds the same two numbers on both sides); weights e_s = exp(score_s - m)
+// against the block's maximum m, their sum l in the fixed order of block_sum; the weighted sum: each warp sums
+// its positions in order, then the warps' sums are added in warp order. One split: out = acc / l. Several:
+// the block stores (acc, m, l) per head in the scratch and the last block of the group to arrive adds them in
+// split order, scaled by exp(m_z - M) (M the largest m_z): out = Σ_z c_z acc_z / Σ_z c_z l_z. Loads of kP
+// positions are issued before they are used; at decode a warp's first kP value rows are loaded with its first
+// key rows and kept in registers (a split is often one such round: one trip to memory for both).
 constexpr int kAttnWarps = 4;
 constexpr int kAttnThreads = 32 * kAttnWarps;
 constexpr int64_t kMaxHeadDim = 256;
-constexpr int64_t kMaxPositions = 32768;  // per block: 128 KiB of scores (opt-in shared memory above 32 KiB)
-// Decoding: a split takes at least this many positions (one round of every warp at kE <= 4), and the grid
-// offers enough splits for ranges of kSplitPositions at the cache's capacity, at most kMaxSplits and
-// kMaxSplitBlocks blocks.
+constexpr int64_t kMaxScores = 32768;  // per block (heads x positions): 128 KiB (opt-in shared memory above 32 KiB)
+// Decoding: a split takes at least kMinSplitPositions positions, and the grid offers enough splits for ranges
+// of kSplitPositions at the cache's capacity, at most kMaxSplits and kMaxSplitBlocks blocks (at one head per
+// block).
 constexpr int64_t kMinSplitPositions = 32, kSplitPositions = 64, kMaxSplits = 64, kMaxSplitBlocks = 2048;
-// Positions per warp and round: one-token steps (kDecode) 8 where the registers allow, and their first value
-// rows are loaded with the key rows; a prompt's blocks (many per head: throughput, not latency) 4 and the
-// value rows in the second pass only, in half the registers.
-template <int kE, bool kDecode>
+// Positions per warp and round: one-token steps (kDecode) 8 where the registers allow; a prompt's blocks (many
+// per head: throughput, not latency) 4, with the value rows in the second pass only.
+template <int kE, bool kDecode, int kG>
 constexpr int attn_pos() {
-  return kDecode && kE <= 4 ? 8 : 4;
+  return kDecode && kE <= 4 && kE * kG <= 8 ? 8 : 4;
+}
+// Query heads per block of a prompt: 4, 2 or 1, dividing the group of query heads that share a kv head (at most
+// 2 for head_dim > 128, whose rows take twice the registers). A one-token step takes one: its blocks are few
+// and short, and each head's maxima, sums and outputs one after another in one block made the Llama-3-8B-shaped
+// model's step slower (2.22 -> 2.43 ms at 10-73 positions, 2.67 -> 3.18 at ~1800; docs/PERF.md), while a 1751-token
+// prompt, whose blocks are many, took 283 -> 233 ms with 4.
+int attn_heads_per_block(int64_t nh, int64_t nkv, int64_t hd) {
+  const int64_t group = nh / nkv;
+  if (group % 4 == 0 && hd <= 128) return 4;
+  return group % 2 == 0 ? 2 : 1;
 }
 
 // The lane's elements of kP cache rows s0, s0 + kAttnWarps, ... (zero at hi and past, or past hd).
@@ -310,39 +321,42 @@ __device__ __forceinline__ void load_positions(const float* rows, int64_t s0, in
   }
 }
 
-// Scratch of a decoding step: nh arrival counters (padded to 256 bytes), then per head and split hd + 2 floats:
-// acc[hd], m, l.
+// Scratch of a decoding step: one arrival counter per block of heads (nh of them at most, padded to 256 bytes),
+// then per head and split hd + 2 floats: acc[hd], m, l.
 constexpr size_t counter_bytes(int64_t nh) { return static_cast<size_t>((nh * 4 + 255) / 256 * 256); }
 
-template <int kE, bool kDecode>
+template <int kE, bool kDecode, int kG>
 __global__ void k_attention(const float* q, const float* kc, const float* vc, int64_t pos0, const int32_t* pos_dev,
                             int64_t nh, int64_t nkv, int64_t hd, int64_t cap, float scale, int t, float* out,
-                            uint16_t* ob, int max_splits, int* counters, float* partial) {
-  constexpr int kP = attn_pos<kE, kDecode>();
+                            uint16_t* ob, int max_splits, int64_t srow, int* counters, float* partial) {
+  constexpr int kP = attn_pos<kE, kDecode, kG>();
   op_begin();
   if (pos_dev) pos0 = *pos_dev;
-  extern __shared__ float sc[];
+  extern __shared__ float sc[];  // kG rows of srow scores
   __shared__ float part[kAttnWarps][kE * 32];
   __shared__ float red[32];
   __shared__ int last;
   const int w = threadIdx.x / 32, l = threadIdx.x % 32;
-  const int64_t h = blockIdx.x, i = blockIdx.y;
+  const int64_t h0 = static_cast<int64_t>(blockIdx.x) * kG, i = blockIdx.y;
   const int z = static_cast<int>(blockIdx.z);
-  const int64_t p = pos0 + i, g = h / (nh / nkv);
+  const int64_t p = pos0 + i, g = h0 / (nh / nkv);
   const int64_t want = (p + kMinSplitPositions) / kMinSplitPositions;
   const int splits = want < max_splits ? static_cast<int>(want) : max_splits;
   if (z >= splits) return;
   const int64_t per = (p + splits) / splits;
   const int64_t lo = z * per, hi = min(p + 1, lo + per);
-  const float* qh = q + (i * nh + h) * hd;
   const float* kb = kc + g * cap * hd;
   const float* vb = vc + g * cap * hd;
-  float qv[kE];
+  float qv[kG][kE];
 #pragma unroll
-  for (int u = 0; u < kE; ++u) qv[u] = l + 32 * u < hd ? qh[l + 32 * u] : 0.0f;
+  for (int r = 0; r < kG; ++r)
+#pragma unroll
+    for (int u = 0; u < kE; ++u) qv[r][u] = l + 32 * u < hd ? q[(i * nh + h0 + r) * hd + l + 32 * u] : 0.0f;
   constexpr int64_t kRound = kAttnWarps * kP;
   float v0[kDecode ? kP : 1][kE];  // the warp's first value rows (kDecode)
-  float mx = -INFINITY;
+  float mx[kG];
+#pragma unroll
+  for (int r = 0; r < kG; ++r) mx[r] = -INFINITY;
   for (int64_t s0 = lo + w; s0 < hi; s0 += kRound) {
     float kv[kP][kE];
     load_positions(kb, s0, hi, hd, l, kv);
@@ -351,31 +365,40 @@ __global__ void k_attention(const float* q, const float* kc, const float* vc, in
     }
 #pragma unroll
     for (int j = 0; j < kP; ++j) {
-      float d = 0;
-#pragma unroll
-      for (int u = 0; u < kE; ++u) d = __fadd_rn(d, __fmul_rn(qv[u], kv[j][u]));
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) d = __fadd_rn(d, __shfl_xor_sync(0xFFFFFFFFu, d, o));
       const int64_t s = s0 + j * kAttnWarps;
-      if (s < hi) {
-        d = __fmul_rn(d, scale);
-        if (l == 0) sc[s - lo] = d;
-        mx = fmaxf(mx, d);
+#pragma unroll
+      for (int r = 0; r < kG; ++r) {
+        float d = 0;
+#pragma unroll
+        for (int u = 0; u < kE; ++u) d = __fadd_rn(d, __fmul_rn(qv[r][u], kv[j][u]));
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) d = __fadd_rn(d, __shfl_xor_sync(0xFFFFFFFFu, d, o));
+        if (s < hi) {
+          d = __fmul_rn(d, scale);
+          if (l == 0) sc[r * srow + s - lo] = d;
+          mx[r] = fmaxf(mx[r], d);
+        }
       }
     }
   }
-  mx = block_max(mx, red);  // its barriers also make the scores visible
-  float sum = 0;
-  for (int64_t s = lo + threadIdx.x; s < hi; s += blockDim.x) {
-    const float e = expf(__fsub_rn(sc[s - lo], mx));
-    sc[s - lo] = e;
-    sum = __fadd_rn(sum, e);
-  }
-  sum = block_sum(sum, red);
-  __syncthreads();
-  float acc[kE];
+  float sum[kG];
 #pragma unroll
-  for (int u = 0; u < kE; ++u) acc[u] = 0;
+  for (int r = 0; r < kG; ++r) {
+    mx[r] = block_max(mx[r], red);  // its barriers also make the scores visible
+    float acc = 0;
+    for (int64_t s = lo + threadIdx.x; s < hi; s += blockDim.x) {
+      const float e = expf(__fsub_rn(sc[r * srow + s - lo], mx[r]));
+      sc[r * srow + s - lo] = e;
+      acc = __fadd_rn(acc, e);
+    }
+    sum[r] = block_sum(acc, red);
+  }
+  __syncthreads();
+  float acc[kG][kE];
+#pragma unroll
+  for (int r = 0; r < kG; ++r)
+#pragma unroll
+    for (int u = 0; u < kE; ++u) acc[r][u] = 0;
   for (int64_t s0 = lo + w; s0 < hi; s0 += kRound) {
     float vv[kP][kE];
     if (kDecode && s0 == lo + w) {
@@ -390,63 +413,69 @@ __global__ void k_attention(const float* q, const float* kc, const float* vc, in
     for (int j = 0; j < kP; ++j) {
       const int64_t s = s0 + j * kAttnWarps;
       if (s >= hi) break;
-      const float e = sc[s - lo];
 #pragma unroll
-      for (int u = 0; u < kE; ++u) acc[u] = __fadd_rn(acc[u], __fmul_rn(e, vv[j][u]));
+      for (int r = 0; r < kG; ++r) {
+        const float e = sc[r * srow + s - lo];
+#pragma unroll
+        for (int u = 0; u < kE; ++u) acc[r][u] = __fadd_rn(acc[r][u], __fmul_rn(e, vv[j][u]));
+      }
     }
   }
+  // Per head: the warps' sums added in warp order; one split divides, several store their sums.
+  const int64_t row = hd + 2;
 #pragma unroll
-  for (int u = 0; u < kE; ++u) part[w][l + 32 * u] = acc[u];
-  __syncthreads();
-  float* const orow = out + (i * nh + h) * hd;
-  uint16_t* const obrow = ob ? ob + (i * nh + h) * hd : nullptr;
-  if (splits == 1) {
+  for (int r = 0; r < kG; ++r) {
+    const int64_t h = h0 + r;
+    __syncthreads();  // the previous head's sums have been read
+#pragma unroll
+    for (int u = 0; u < kE; ++u) part[w][l + 32 * u] = acc[r][u];
+    __syncthreads();
+    float* const mine = splits > 1 ? partial + (h * max_splits + z) * row : nullptr;
     for (int64_t e = threadIdx.x; e < hd; e += blockDim.x) {
       float o = part[0][e];
 #pragma unroll
       for (int v = 1; v < kAttnWarps; ++v) o = __fadd_rn(o, part[v][e]);
-      o = round_t(__fdiv_rn(o, sum), t);
-      orow[e] = o;
-      if (obrow) obrow[e] = bits_t(o, t);
+      if (splits == 1) {
+        o = round_t(__fdiv_rn(o, sum[r]), t);
+        out[(i * nh + h) * hd + e] = o;
+        if (ob) ob[(i * nh + h) * hd + e] = bits_t(o, t);
+      } else {
+        mine[e] = o;
+      }
     }
-    return;
+    if (splits > 1 && threadIdx.x == 0) {
+      mine[hd] = mx[r];
+      mine[hd + 1] = sum[r];
+    }
   }
-  // Several splits (decoding: i = 0): this block's sums into the scratch; the last block of the head adds them.
-  const int64_t row = hd + 2;
-  float* const mine = partial + (h * max_splits + z) * row;
-  for (int64_t e = threadIdx.x; e < hd; e += blockDim.x) {
-    float o = part[0][e];
-#pragma unroll
-    for (int v = 1; v < kAttnWarps; ++v) o = __fadd_rn(o, part[v][e]);
-    mine[e] = o;
-  }
-  if (threadIdx.x == 0) {
-    mine[hd] = mx;
-    mine[hd + 1] = sum;
-  }
+  if (splits == 1) return;
+  // Several splits (decoding: i = 0): the last block of this group of heads to arrive adds them.
   __threadfence();  // the sums are visible device-wide before the count says so
   __syncthreads();
   if (threadIdx.x == 0) {
-    last = atomicAdd(&counters[h], 1) == splits - 1;
-    if (last) counters[h] = 0;  // every split has counted: ready for the next call
+    last = atomicAdd(&counters[blockIdx.x], 1) == splits - 1;
+    if (last) counters[blockIdx.x] = 0;  // every split has counted: ready for the next call
   }
   __syncthreads();
   if (!last) return;
   __threadfence();
-  const float* const head = partial + h * max_splits * row;
-  float mall = -INFINITY;
-  for (int zz = 0; zz < splits; ++zz) mall = fmaxf(mall, __ldcg(head + zz * row + hd));
-  for (int64_t e = threadIdx.x; e < hd; e += blockDim.x) {
-    float num = 0, den = 0;
-    for (int zz = 0; zz < splits; ++zz) {
-      const float* r = head + zz * row;
-      const float c = expf(__fsub_rn(__ldcg(r + hd), mall));
-      den = __fadd_rn(den, __fmul_rn(c, __ldcg(r + hd + 1)));
-      num = __fadd_rn(num, __fmul_rn(c, __ldcg(r + e)));
+  for (int r = 0; r < kG; ++r) {
+    const int64_t h = h0 + r;
+    const float* const head = partial + h * max_splits * row;
+    float mall = -INFINITY;
+    for (int zz = 0; zz < splits; ++zz) mall = fmaxf(mall, __ldcg(head + zz * row + hd));
+    for (int64_t e = threadIdx.x; e < hd; e += blockDim.x) {
+      float num = 0, den = 0;
+      for (int zz = 0; zz < splits; ++zz) {
+        const float* rz = head + zz * row;
+        const float c = expf(__fsub_rn(__ldcg(rz + hd), mall));
+        den = __fadd_rn(den, __fmul_rn(c, __ldcg(rz + hd + 1)));
+        num = __fadd_rn(num, __fmul_rn(c, __ldcg(rz + e)));
+      }
+      const float o = round_t(__fdiv_rn(num, den), t);
+      out[h * hd + e] = o;
+      if (ob) ob[h * hd + e] = bits_t(o, t);
     }
-    const float o = round_t(__fdiv_rn(num, den), t);
-    orow[e] = o;
-    if (obrow) obrow[e] = bits_t(o, t);
   }
 }
 
@@ -527,17 +556,19 @@ void attention(const float* q, const float* kc, const float* vc, int64_t n, int6
     fail("cuda decoder op attention: a cache of " + std::to_string(cap) + " positions splits decoding over " +
          std::to_string(splits) + " blocks per head, which needs scratch (attention_scratch_bytes)");
   }
+  const int heads = n == 1 ? 1 : attn_heads_per_block(nh, nkv, hd);
   // Positions per block, at most: below the last split count, a split takes <= kMinSplitPositions (the count
   // is at least (p + 1) / kMinSplitPositions); with all of them, ceil((p + 1) / splits) at p <= pos0.
   const int64_t per = splits > 1 ? std::max(kMinSplitPositions, (pos0 + n + splits - 1) / splits) : pos0 + n;
-  if (per > kMaxPositions) {
+  if (heads * per > kMaxScores) {
     fail("cuda decoder op attention: " + std::to_string(per) + " positions for one block, beyond the kernel's limit of " +
-         std::to_string(kMaxPositions));
+         std::to_string(kMaxScores / heads));
   }
-  // Scores plus 4 floats of slack, rounded to 16 bytes: ptxas may merge guarded tail loads of the score
-  // loops into one wider shared load (up to 12 bytes past the last score read; seen with compute-sanitizer
-  // memcheck on an earlier form of the kernel), which must stay inside the allocation.
-  const size_t shmem = static_cast<size_t>((per + 4 + 3) / 4 * 4) * sizeof(float);
+  // A head's scores plus 4 floats of slack, rounded to 16 bytes: ptxas may merge guarded tail loads of the
+  // score loops into one wider shared load (up to 12 bytes past the last score read; seen with
+  // compute-sanitizer memcheck on an earlier form of the kernel), which must stay inside its row.
+  const int64_t srow = (per + 4 + 3) / 4 * 4;
+  const size_t shmem = static_cast<size_t>(heads * srow) * sizeof(float);
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
   int* const counters = splits > 1 ? static_cast<int*>(scratch) : nullptr;
   float* const partial = splits > 1 ? reinterpret_cast<float*>(static_cast<char*>(scratch) + counter_bytes(nh)) : nullptr;
@@ -550,14 +581,24 @@ void attention(const float* q, const float* kc, const float* vc, int64_t n, int6
             "attention shared memory opt-in");
     }
     launch_op("attention", kernel,
-              dim3(static_cast<unsigned>(nh), static_cast<unsigned>(n), static_cast<unsigned>(splits)),
+              dim3(static_cast<unsigned>(nh / heads), static_cast<unsigned>(n), static_cast<unsigned>(splits)),
               dim3(kAttnThreads), shmem, stream, q, kc, vc, pos0, pos_dev, nh, nkv, hd, cap, scale, code_of(t), out,
-              out_bits, splits, counters, partial);
+              out_bits, splits, srow, counters, partial);
   };
-  if (hd <= 32) go(k_attention<1, true>, k_attention<1, false>);
-  else if (hd <= 64) go(k_attention<2, true>, k_attention<2, false>);
-  else if (hd <= 128) go(k_attention<4, true>, k_attention<4, false>);
-  else go(k_attention<8, true>, k_attention<8, false>);
+  auto by_heads = [&](auto e) {
+    constexpr int kE = decltype(e)::value;
+    if (heads == 4) {
+      if constexpr (kE <= 4) go(k_attention<kE, true, 1>, k_attention<kE, false, 4>);
+    } else if (heads == 2) {
+      go(k_attention<kE, true, 1>, k_attention<kE, false, 2>);
+    } else {
+      go(k_attention<kE, true, 1>, k_attention<kE, false, 1>);
+    }
+  };
+  if (hd <= 32) by_heads(std::integral_constant<int, 1>{});
+  else if (hd <= 64) by_heads(std::integral_constant<int, 2>{});
+  else if (hd <= 128) by_heads(std::integral_constant<int, 4>{});
+  else by_heads(std::integral_constant<int, 8>{});
 }
 
 void silu_mul(float* g, const float* u, int64_t n, DType t, void* stream, const uint16_t* g_bits,

@@ -58,13 +58,13 @@ void rope_store_kv(float* q, float* k, const float* v, int64_t n, int64_t nh, in
 
 // Causal attention with GQA (query head j reads kv head j / (nh/nkv)): for token i at position p = pos0 + i,
 // out[i, j] = T( Σ_{s<=p} softmax_s(q·k_s / sqrt(hd)) · v_s ). q, out: (n, nh, hd); kc, vc: (nkv, cap, hd).
-// Decoding (n == 1) splits each head's positions over up to attention_splits(n, nh, cap) blocks (1 + p / 32
-// of them at most: the count depends on p alone, so a replayed graph and a direct call compute the same
-// numbers), each summing its positions against its own maximum; the last block of a head to finish adds the
-// splits' sums in split order. Their partial sums meet in `scratch`: attention_scratch_bytes(nh, hd, cap)
-// bytes of device memory, zeroed before its first use (the kernel leaves it zeroed again); needed when
-// attention_splits > 1. Limits: hd <= 256, at most 32768 positions per block (scores live in shared memory).
-// Throws otherwise.
+// A prompt's block takes up to 4 query heads of one kv head and reads each cached row once for them. Decoding (n == 1)
+// splits the positions over up to attention_splits(n, nh, cap) blocks per head (1 + p / 32 of them at most:
+// the count depends on p alone, so a replayed graph and a direct call compute the same numbers), each summing
+// its positions against its own maximum; the last block of a head to finish adds the splits' sums in split
+// order. Their partial sums meet in `scratch`: attention_scratch_bytes(nh, hd, cap) bytes of device memory,
+// zeroed before its first use (the kernel leaves it zeroed again); needed when attention_splits > 1. Limits:
+// hd <= 256, at most 32768 scores per block (heads x positions; they live in shared memory). Throws otherwise.
 int attention_splits(int64_t n, int64_t nh, int64_t cap);
 size_t attention_scratch_bytes(int64_t nh, int64_t hd, int64_t cap);
 void attention(const float* q, const float* kc, const float* vc, int64_t n, int64_t pos0, int64_t nh, int64_t nkv,
