@@ -59,11 +59,19 @@ inline v16f load16_f16(const uint16_t* p) {
   return f;
 }
 
+// Rows of f32, bf16 or f16 values (cache rows, weights), widened exactly to f32: 16 at a time or one.
+struct F32Rows {
+  using E = float;
+  static v16f load(const float* p) { return load16(p); }
+  static float one(float v) { return v; }
+};
 struct Bf16Weights {
+  using E = uint16_t;
   static v16f load(const uint16_t* p) { return load16_bf16(p); }
   static float one(uint16_t b) { return bf16_to_f32(b); }
 };
 struct F16Weights {
+  using E = uint16_t;
   static v16f load(const uint16_t* p) { return load16_f16(p); }
   static float one(uint16_t b) { return f16_to_f32(b); }
 };
@@ -176,24 +184,28 @@ void dense_matmul(const float* x, int64_t m, const DenseWeight& w, float* acc) {
   }
 }
 
-NVFP4_CLONES
-void dot_rows_f32(const float* q, const float* rows, int64_t ld, int64_t count, int64_t n, float* out) {
+namespace {
+
+// The attention's row products (cpu_ops.h), over rows of R's element type.
+template <class R>
+__attribute__((always_inline)) inline void dot_rows_t(const float* q, const typename R::E* rows, int64_t ld,
+                                                      int64_t count, int64_t n, float* out) {
   const int64_t nv = n / 16 * 16;
-  auto finish = [&](v16f s, const float* b) {
+  auto finish = [&](v16f s, const typename R::E* b) {
     float t = hsum(s);
-    for (int64_t j = nv; j < n; ++j) t += q[j] * b[j];
+    for (int64_t j = nv; j < n; ++j) t += q[j] * R::one(b[j]);
     return t;
   };
   int64_t r = 0;
   for (; r + 4 <= count; r += 4) {  // four independent sums in flight
-    const float *b0 = rows + r * ld, *b1 = b0 + ld, *b2 = b1 + ld, *b3 = b2 + ld;
+    const typename R::E *b0 = rows + r * ld, *b1 = b0 + ld, *b2 = b1 + ld, *b3 = b2 + ld;
     v16f s0 = {}, s1 = {}, s2 = {}, s3 = {};
     for (int64_t j = 0; j < nv; j += 16) {
       const v16f qv = load16(q + j);
-      s0 += qv * load16(b0 + j);
-      s1 += qv * load16(b1 + j);
-      s2 += qv * load16(b2 + j);
-      s3 += qv * load16(b3 + j);
+      s0 += qv * R::load(b0 + j);
+      s1 += qv * R::load(b1 + j);
+      s2 += qv * R::load(b2 + j);
+      s3 += qv * R::load(b3 + j);
     }
     out[r] = finish(s0, b0);
     out[r + 1] = finish(s1, b1);
@@ -201,23 +213,58 @@ void dot_rows_f32(const float* q, const float* rows, int64_t ld, int64_t count, 
     out[r + 3] = finish(s3, b3);
   }
   for (; r < count; ++r) {
-    const float* b = rows + r * ld;
+    const typename R::E* b = rows + r * ld;
     v16f s = {};
-    for (int64_t j = 0; j < nv; j += 16) s += load16(q + j) * load16(b + j);
+    for (int64_t j = 0; j < nv; j += 16) s += load16(q + j) * R::load(b + j);
     out[r] = finish(s, b);
   }
 }
 
-NVFP4_CLONES
-void axpy_rows_f32(const float* a, const float* rows, int64_t ld, int64_t count, float* y, int64_t n) {
+// kC vectors of y (16 elements each) kept in registers while the rows stream past in order.
+template <class R, int kC>
+__attribute__((always_inline)) inline void axpy_block(const float* a, const typename R::E* rows, int64_t ld,
+                                                      int64_t count, float* y) {
+  v16f yv[kC];
+  for (int c = 0; c < kC; ++c) yv[c] = load16(y + 16 * c);
+  for (int64_t t = 0; t < count; ++t) {
+    const float at = a[t];
+    const typename R::E* r = rows + t * ld;
+    for (int c = 0; c < kC; ++c) yv[c] = yv[c] + at * R::load(r + 16 * c);
+  }
+  std::memcpy(y, yv, sizeof(yv));
+}
+
+template <class R>
+__attribute__((always_inline)) inline void axpy_rows_t(const float* a, const typename R::E* rows, int64_t ld,
+                                                       int64_t count, float* y, int64_t n) {
   const int64_t nv = n / 16 * 16;
-  for (int64_t j = 0; j < nv; j += 16) {  // 16 elements of y stay in registers over every row
-    v16f yv = load16(y + j);
-    for (int64_t t = 0; t < count; ++t) yv = yv + a[t] * load16(rows + t * ld + j);
-    std::memcpy(y + j, &yv, sizeof(yv));
+  for (int64_t j = 0; j < nv; j += 16 * 8) {  // up to 8 vectors of y per pass over the rows
+    const typename R::E* r = rows + j;
+    switch ((nv - j) / 16 < 8 ? (nv - j) / 16 : 8) {
+      case 1: axpy_block<R, 1>(a, r, ld, count, y + j); break;
+      case 2: axpy_block<R, 2>(a, r, ld, count, y + j); break;
+      case 3: axpy_block<R, 3>(a, r, ld, count, y + j); break;
+      case 4: axpy_block<R, 4>(a, r, ld, count, y + j); break;
+      case 5: axpy_block<R, 5>(a, r, ld, count, y + j); break;
+      case 6: axpy_block<R, 6>(a, r, ld, count, y + j); break;
+      case 7: axpy_block<R, 7>(a, r, ld, count, y + j); break;
+      default: axpy_block<R, 8>(a, r, ld, count, y + j); break;
+    }
   }
   for (int64_t j = nv; j < n; ++j)
-    for (int64_t t = 0; t < count; ++t) y[j] += a[t] * rows[t * ld + j];
+    for (int64_t t = 0; t < count; ++t) y[j] += a[t] * R::one(rows[t * ld + j]);
+}
+
+}  // namespace
+
+NVFP4_CLONES
+void dot_rows_f32(const float* q, const float* rows, int64_t ld, int64_t count, int64_t n, float* out) {
+  dot_rows_t<F32Rows>(q, rows, ld, count, n, out);
+}
+
+NVFP4_CLONES
+void axpy_rows_f32(const float* a, const float* rows, int64_t ld, int64_t count, float* y, int64_t n) {
+  axpy_rows_t<F32Rows>(a, rows, ld, count, y, n);
 }
 
 void rmsnorm(const float* x, const float* w, int64_t m, int64_t d, float eps, DType t, float* out) {
