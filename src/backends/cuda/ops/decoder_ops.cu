@@ -572,8 +572,7 @@ void attention(const float* q, const float* kc, const float* vc, int64_t n, int6
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
   int* const counters = splits > 1 ? static_cast<int*>(scratch) : nullptr;
   float* const partial = splits > 1 ? reinterpret_cast<float*>(static_cast<char*>(scratch) + counter_bytes(nh)) : nullptr;
-  auto go = [&](auto decode_kernel, auto prompt_kernel) {
-    const auto kernel = n == 1 ? decode_kernel : prompt_kernel;
+  auto go = [&](auto kernel) {
     // The static arrays (per-warp sums, reduction slots) take <= 4.2 KiB; past 32 KiB of scores the 48 KiB
     // default is opted out of.
     if (shmem > 32 * 1024) {
@@ -587,13 +586,11 @@ void attention(const float* q, const float* kc, const float* vc, int64_t n, int6
   };
   auto by_heads = [&](auto e) {
     constexpr int kE = decltype(e)::value;
-    if (heads == 4) {
-      if constexpr (kE <= 4) go(k_attention<kE, true, 1>, k_attention<kE, false, 4>);
-    } else if (heads == 2) {
-      go(k_attention<kE, true, 1>, k_attention<kE, false, 2>);
-    } else {
-      go(k_attention<kE, true, 1>, k_attention<kE, false, 1>);
-    }
+    if (n == 1) go(k_attention<kE, true, 1>);
+    else if (heads == 1) go(k_attention<kE, false, 1>);
+    else if (heads == 2) go(k_attention<kE, false, 2>);
+    else if constexpr (kE <= 4) go(k_attention<kE, false, 4>);
+    else fail("cuda decoder op attention: 4 query heads per block need head_dim <= 128");
   };
   if (hd <= 32) by_heads(std::integral_constant<int, 1>{});
   else if (hd <= 64) by_heads(std::integral_constant<int, 2>{});
