@@ -30,6 +30,15 @@ void dense_matmul(const float* x, int64_t m, const DenseWeight& w, float* acc);
 void dot_rows_f32(const float* q, const float* rows, int64_t ld, int64_t count, int64_t n, float* out);
 // y[i] += a[t] · rows[t·ld + i] for t = 0, 1, ..., count - 1 in that order (per element: multiply, then add).
 void axpy_rows_f32(const float* a, const float* rows, int64_t ld, int64_t count, float* y, int64_t n);
+// The same two for nq <= 4 queries (weight vectors) at once, a prompt's consecutive tokens of one head: query a
+// takes rows 0 .. count[a] - 1 (count non-decreasing), each result bit for bit what the one-query function
+// gives, the rows the queries share loaded once for all of them (where nq · ceil(n / 16) fits the registers:
+// attention_tokens_per_pass(n) queries per call).
+void dot_rows_multi_f32(const float* const* q, int nq, const float* rows, int64_t ld, const int64_t* count, int64_t n,
+                        float* const* out);
+void axpy_rows_multi_f32(const float* const* w, int nq, const float* rows, int64_t ld, const int64_t* count,
+                         float* const* y, int64_t n);
+int attention_tokens_per_pass(int64_t n);
 
 // out (m, d) = T( T(x · r) · w ), r = 1/sqrt(mean(x²) + eps) per row (HF LlamaRMSNorm: normalise in f32,
 // round to T, multiply by the weight in T).

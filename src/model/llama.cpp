@@ -900,32 +900,45 @@ void LlamaModel::forward(const int32_t* tokens, int64_t n, float* logits, bool a
         std::memcpy(vc + (h * cap_ + p) * hd, v.data() + (i * nkv + h) * hd, hd * 4);
       }
     }
-    parallel_for(static_cast<size_t>(n * nh), 1, [&](size_t b, size_t e) {
-      std::vector<float> s;
+    // Tasks of up to tq consecutive tokens of one head (a prompt's tokens share the cache rows they read).
+    const int tq = attention_tokens_per_pass(hd);
+    const int64_t tiles = (n + tq - 1) / tq;
+    parallel_for(static_cast<size_t>(tiles * nh), 1, [&](size_t b, size_t e) {
+      std::vector<float> s[4];
       for (size_t w = b; w < e; ++w) {
-        const int64_t i = static_cast<int64_t>(w) / nh, h = static_cast<int64_t>(w) % nh;
-        const int64_t p = pos_ + i, kvh = h / group;
-        const float* qh = q.data() + (i * nh + h) * hd;
-        const float* kb = kc + kvh * cap_ * hd;
-        const float* vb = vc + kvh * cap_ * hd;
-        s.resize(static_cast<size_t>(p + 1));
-        float mx = -INFINITY;
-        dot_rows_f32(qh, kb, hd, p + 1, hd, s.data());
-        for (int64_t t = 0; t <= p; ++t) {
-          s[t] = s[t] * scale;
-          mx = std::max(mx, s[t]);
+        const int64_t i0 = static_cast<int64_t>(w) / nh * tq, h = static_cast<int64_t>(w) % nh, kvh = h / group;
+        const int nq = static_cast<int>(std::min<int64_t>(tq, n - i0));
+        const float* qs[4];
+        float* ws[4];
+        float* os[4];
+        int64_t count[4];
+        for (int a = 0; a < nq; ++a) {
+          const int64_t i = i0 + a;
+          count[a] = pos_ + i + 1;
+          s[a].resize(static_cast<size_t>(count[a]));
+          qs[a] = q.data() + (i * nh + h) * hd;
+          ws[a] = s[a].data();
+          os[a] = att.data() + (i * nh + h) * hd;
         }
-        double sum = 0;
-        for (int64_t t = 0; t <= p; ++t) {
-          s[t] = std::exp(s[t] - mx);
-          sum += s[t];
+        dot_rows_multi_f32(qs, nq, kc + kvh * cap_ * hd, hd, count, hd, ws);
+        for (int a = 0; a < nq; ++a) {
+          float* sa = ws[a];
+          float mx = -INFINITY;
+          for (int64_t t = 0; t < count[a]; ++t) {
+            sa[t] = sa[t] * scale;
+            mx = std::max(mx, sa[t]);
+          }
+          double sum = 0;
+          for (int64_t t = 0; t < count[a]; ++t) {
+            sa[t] = std::exp(sa[t] - mx);
+            sum += sa[t];
+          }
+          const float inv = static_cast<float>(1.0 / sum);
+          for (int64_t t = 0; t < count[a]; ++t) sa[t] = sa[t] * inv;  // each position's weight
+          std::fill(os[a], os[a] + hd, 0.0f);
         }
-        const float inv = static_cast<float>(1.0 / sum);
-        for (int64_t t = 0; t <= p; ++t) s[t] = s[t] * inv;  // each position's weight
-        float* o = att.data() + (i * nh + h) * hd;
-        std::fill(o, o + hd, 0.0f);
-        axpy_rows_f32(s.data(), vb, hd, p + 1, o, hd);
-        round_to_dtype(o, hd, act_);
+        axpy_rows_multi_f32(ws, nq, vc + kvh * cap_ * hd, hd, count, os, hd);
+        for (int a = 0; a < nq; ++a) round_to_dtype(os[a], hd, act_);
       }
     });
     run_linear(L.o, att.data(), n, tmp.data());
