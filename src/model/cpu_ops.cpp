@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 
 #include "common/error.h"
 #include "common/parallel.h"
@@ -257,113 +258,156 @@ __attribute__((always_inline)) inline void axpy_rows_t(const float* a, const typ
 }
 
 // kQ queries (a prompt's consecutive tokens of one head) against rows [0, count) of kC·16 + tail values: each
-// row's vectors loaded once for all of them; every product is dot_rows_t's sequence of operations.
-template <int kQ, int kC>
-__attribute__((always_inline)) inline void dot_rows_q(const float* const* q, const float* rows, int64_t ld,
+// row's vectors loaded (and widened) once for all of them; every product is dot_rows_t's sequence of operations.
+template <class R, int kQ, int kC>
+__attribute__((always_inline)) inline void dot_rows_q(const float* const* q, const typename R::E* rows, int64_t ld,
                                                       int64_t count, int64_t n, float* const* out) {
   v16f qv[kQ][kC];
   for (int a = 0; a < kQ; ++a)
     for (int c = 0; c < kC; ++c) qv[a][c] = load16(q[a] + 16 * c);
   for (int64_t r = 0; r < count; ++r) {
-    const float* b = rows + r * ld;
+    const typename R::E* b = rows + r * ld;
     v16f s[kQ] = {};
     for (int c = 0; c < kC; ++c) {
-      const v16f bv = load16(b + 16 * c);
+      const v16f bv = R::load(b + 16 * c);
       for (int a = 0; a < kQ; ++a) s[a] += qv[a][c] * bv;
     }
     for (int a = 0; a < kQ; ++a) {
       float t = hsum(s[a]);
-      for (int64_t j = 16 * kC; j < n; ++j) t += q[a][j] * b[j];
+      for (int64_t j = 16 * kC; j < n; ++j) t += q[a][j] * R::one(b[j]);
       out[a][r] = t;
     }
   }
 }
 
 // kQ weight vectors over rows [0, count): y[a] += Σ_t w[a][t]·row_t, each element in t order (axpy_rows_t's
-// operations), each row's vectors loaded once for all of them.
-template <int kQ, int kC>
-__attribute__((always_inline)) inline void axpy_rows_q(const float* const* w, const float* rows, int64_t ld,
+// operations), each row's vectors loaded (and widened) once for all of them.
+template <class R, int kQ, int kC>
+__attribute__((always_inline)) inline void axpy_rows_q(const float* const* w, const typename R::E* rows, int64_t ld,
                                                        int64_t count, float* const* y, int64_t n) {
   v16f yv[kQ][kC];
   for (int a = 0; a < kQ; ++a)
     for (int c = 0; c < kC; ++c) yv[a][c] = load16(y[a] + 16 * c);
   for (int64_t t = 0; t < count; ++t) {
-    const float* r = rows + t * ld;
+    const typename R::E* r = rows + t * ld;
     float wt[kQ];
     for (int a = 0; a < kQ; ++a) wt[a] = w[a][t];
     for (int c = 0; c < kC; ++c) {
-      const v16f bv = load16(r + 16 * c);
+      const v16f bv = R::load(r + 16 * c);
       for (int a = 0; a < kQ; ++a) yv[a][c] = yv[a][c] + wt[a] * bv;
     }
   }
   for (int a = 0; a < kQ; ++a) std::memcpy(y[a], yv[a], sizeof(yv[a]));
   for (int a = 0; a < kQ; ++a)
     for (int64_t j = 16 * kC; j < n; ++j)
-      for (int64_t t = 0; t < count; ++t) y[a][j] += w[a][t] * rows[t * ld + j];
+      for (int64_t t = 0; t < count; ++t) y[a][j] += w[a][t] * R::one(rows[t * ld + j]);
 }
 
 // Dispatch on (queries, 16-value chunks) with kQ·kC <= 16 (the register budget); false where it does not apply.
 // Function templates, not lambdas: a lambda would be compiled apart from the caller's instruction-set clone.
-template <bool kDot, int kQ, int kC>
-__attribute__((always_inline)) inline bool rows_run(const float* const* x, const float* rows, int64_t ld,
+template <class R, bool kDot, int kQ, int kC>
+__attribute__((always_inline)) inline bool rows_run(const float* const* x, const typename R::E* rows, int64_t ld,
                                                     int64_t count, int64_t n, float* const* out) {
   if constexpr (kQ * kC <= 16) {
-    if constexpr (kDot) dot_rows_q<kQ, kC>(x, rows, ld, count, n, out);
-    else axpy_rows_q<kQ, kC>(x, rows, ld, count, out, n);
+    if constexpr (kDot) dot_rows_q<R, kQ, kC>(x, rows, ld, count, n, out);
+    else axpy_rows_q<R, kQ, kC>(x, rows, ld, count, out, n);
     return true;
   }
   return false;
 }
 
-template <bool kDot, int kQ>
-__attribute__((always_inline)) inline bool rows_chunks(const float* const* x, const float* rows, int64_t ld,
+template <class R, bool kDot, int kQ>
+__attribute__((always_inline)) inline bool rows_chunks(const float* const* x, const typename R::E* rows, int64_t ld,
                                                        int64_t count, int64_t n, float* const* out) {
   switch (n / 16) {
-    case 1: return rows_run<kDot, kQ, 1>(x, rows, ld, count, n, out);
-    case 2: return rows_run<kDot, kQ, 2>(x, rows, ld, count, n, out);
-    case 3: return rows_run<kDot, kQ, 3>(x, rows, ld, count, n, out);
-    case 4: return rows_run<kDot, kQ, 4>(x, rows, ld, count, n, out);
-    case 5: return rows_run<kDot, kQ, 5>(x, rows, ld, count, n, out);
-    case 6: return rows_run<kDot, kQ, 6>(x, rows, ld, count, n, out);
-    case 7: return rows_run<kDot, kQ, 7>(x, rows, ld, count, n, out);
-    case 8: return rows_run<kDot, kQ, 8>(x, rows, ld, count, n, out);
+    case 1: return rows_run<R, kDot, kQ, 1>(x, rows, ld, count, n, out);
+    case 2: return rows_run<R, kDot, kQ, 2>(x, rows, ld, count, n, out);
+    case 3: return rows_run<R, kDot, kQ, 3>(x, rows, ld, count, n, out);
+    case 4: return rows_run<R, kDot, kQ, 4>(x, rows, ld, count, n, out);
+    case 5: return rows_run<R, kDot, kQ, 5>(x, rows, ld, count, n, out);
+    case 6: return rows_run<R, kDot, kQ, 6>(x, rows, ld, count, n, out);
+    case 7: return rows_run<R, kDot, kQ, 7>(x, rows, ld, count, n, out);
+    case 8: return rows_run<R, kDot, kQ, 8>(x, rows, ld, count, n, out);
     default: return false;
   }
 }
 
-template <bool kDot>
-__attribute__((always_inline)) inline bool rows_q(int nq, const float* const* x, const float* rows, int64_t ld,
+template <class R, bool kDot>
+__attribute__((always_inline)) inline bool rows_q(int nq, const float* const* x, const typename R::E* rows, int64_t ld,
                                                   int64_t count, int64_t n, float* const* out) {
   switch (nq) {
-    case 2: return rows_chunks<kDot, 2>(x, rows, ld, count, n, out);
-    case 3: return rows_chunks<kDot, 3>(x, rows, ld, count, n, out);
-    case 4: return rows_chunks<kDot, 4>(x, rows, ld, count, n, out);
+    case 2: return rows_chunks<R, kDot, 2>(x, rows, ld, count, n, out);
+    case 3: return rows_chunks<R, kDot, 3>(x, rows, ld, count, n, out);
+    case 4: return rows_chunks<R, kDot, 4>(x, rows, ld, count, n, out);
     default: return false;
   }
 }
 
-NVFP4_CLONES
-bool dot_rows_q_f32(int nq, const float* const* q, const float* rows, int64_t ld, int64_t count, int64_t n,
-                    float* const* out) {
-  return rows_q<true>(nq, q, rows, ld, count, n, out);
+// One function per row type and instruction-set clone: one query (dot_rows / axpy_rows), or 2-4 over the rows
+// they share (false where the register budget does not allow them).
+#define NVFP4_ROW_FUNCTIONS(NAME, R)                                                                              \
+  NVFP4_CLONES void dot_rows_##NAME(const float* q, const R::E* rows, int64_t ld, int64_t count, int64_t n,      \
+                                    float* out) {                                                               \
+    dot_rows_t<R>(q, rows, ld, count, n, out);                                                                  \
+  }                                                                                                             \
+  NVFP4_CLONES void axpy_rows_##NAME(const float* a, const R::E* rows, int64_t ld, int64_t count, float* y,      \
+                                     int64_t n) {                                                               \
+    axpy_rows_t<R>(a, rows, ld, count, y, n);                                                                   \
+  }                                                                                                             \
+  NVFP4_CLONES bool dot_rows_q_##NAME(int nq, const float* const* q, const R::E* rows, int64_t ld, int64_t count, \
+                                      int64_t n, float* const* out) {                                           \
+    return rows_q<R, true>(nq, q, rows, ld, count, n, out);                                                     \
+  }                                                                                                             \
+  NVFP4_CLONES bool axpy_rows_q_##NAME(int nq, const float* const* w, const R::E* rows, int64_t ld, int64_t count, \
+                                       int64_t n, float* const* y) {                                            \
+    return rows_q<R, false>(nq, w, rows, ld, count, n, y);                                                      \
+  }
+NVFP4_ROW_FUNCTIONS(f32_rows, F32Rows)
+NVFP4_ROW_FUNCTIONS(bf16_rows, Bf16Weights)
+NVFP4_ROW_FUNCTIONS(f16_rows, F16Weights)
+#undef NVFP4_ROW_FUNCTIONS
+
+// The multi-query forms over rows of any type: the shared rows for all queries at once, then each query's own.
+template <class E, class Dot, class DotQ>
+void dot_multi(const float* const* q, int nq, const E* rows, int64_t ld, const int64_t* count, int64_t n,
+               float* const* out, Dot dot, DotQ dot_q) {
+  NVFP4_CHECK(nq >= 1 && nq <= 4, "dot_rows_multi: 1 to 4 queries");
+  for (int a = 1; a < nq; ++a) NVFP4_CHECK(count[a] >= count[a - 1], "dot_rows_multi: counts must not decrease");
+  const int64_t shared = count[0];
+  if (nq == 1 || !dot_q(nq, q, rows, ld, shared, n, out)) {
+    for (int a = 0; a < nq; ++a) dot(q[a], rows, ld, count[a], n, out[a]);
+    return;
+  }
+  for (int a = 1; a < nq; ++a)  // the rows only the later tokens read
+    dot(q[a], rows + shared * ld, ld, count[a] - shared, n, out[a] + shared);
 }
 
-NVFP4_CLONES
-bool axpy_rows_q_f32(int nq, const float* const* w, const float* rows, int64_t ld, int64_t count, int64_t n,
-                     float* const* y) {
-  return rows_q<false>(nq, w, rows, ld, count, n, y);
+template <class E, class Axpy, class AxpyQ>
+void axpy_multi(const float* const* w, int nq, const E* rows, int64_t ld, const int64_t* count, float* const* y,
+                int64_t n, Axpy axpy, AxpyQ axpy_q) {
+  NVFP4_CHECK(nq >= 1 && nq <= 4, "axpy_rows_multi: 1 to 4 weight vectors");
+  for (int a = 1; a < nq; ++a) NVFP4_CHECK(count[a] >= count[a - 1], "axpy_rows_multi: counts must not decrease");
+  const int64_t shared = count[0];
+  if (nq == 1 || !axpy_q(nq, w, rows, ld, shared, n, y)) {
+    for (int a = 0; a < nq; ++a) axpy(w[a], rows, ld, count[a], y[a], n);
+    return;
+  }
+  for (int a = 1; a < nq; ++a)  // the later rows, after the shared ones: each element still in row order
+    axpy(w[a] + shared, rows + shared * ld, ld, count[a] - shared, y[a], n);
+}
+
+void check_bits16_rows(DType t, const char* what) {
+  NVFP4_CHECK(t == DType::BF16 || t == DType::F16, std::string(what) + ": 16-bit rows must be bf16 or f16");
 }
 
 }  // namespace
 
-NVFP4_CLONES
 void dot_rows_f32(const float* q, const float* rows, int64_t ld, int64_t count, int64_t n, float* out) {
-  dot_rows_t<F32Rows>(q, rows, ld, count, n, out);
+  dot_rows_f32_rows(q, rows, ld, count, n, out);
 }
 
-NVFP4_CLONES
 void axpy_rows_f32(const float* a, const float* rows, int64_t ld, int64_t count, float* y, int64_t n) {
-  axpy_rows_t<F32Rows>(a, rows, ld, count, y, n);
+  axpy_rows_f32_rows(a, rows, ld, count, y, n);
 }
 
 int attention_tokens_per_pass(int64_t n) {
@@ -372,30 +416,28 @@ int attention_tokens_per_pass(int64_t n) {
   return static_cast<int>(std::min<int64_t>(4, 16 / chunks));
 }
 
-void dot_rows_multi_f32(const float* const* q, int nq, const float* rows, int64_t ld, const int64_t* count, int64_t n,
-                        float* const* out) {
-  NVFP4_CHECK(nq >= 1 && nq <= 4, "dot_rows_multi_f32: 1 to 4 queries");
-  for (int a = 1; a < nq; ++a) NVFP4_CHECK(count[a] >= count[a - 1], "dot_rows_multi_f32: counts must not decrease");
-  const int64_t shared = count[0];
-  if (nq == 1 || !dot_rows_q_f32(nq, q, rows, ld, shared, n, out)) {
-    for (int a = 0; a < nq; ++a) dot_rows_f32(q[a], rows, ld, count[a], n, out[a]);
-    return;
-  }
-  for (int a = 1; a < nq; ++a)  // the rows only the later tokens read
-    dot_rows_f32(q[a], rows + shared * ld, ld, count[a] - shared, n, out[a] + shared);
+void dot_rows_multi(const float* const* q, int nq, const float* rows, int64_t ld, const int64_t* count, int64_t n,
+                    float* const* out) {
+  dot_multi(q, nq, rows, ld, count, n, out, dot_rows_f32_rows, dot_rows_q_f32_rows);
 }
 
-void axpy_rows_multi_f32(const float* const* w, int nq, const float* rows, int64_t ld, const int64_t* count,
-                         float* const* y, int64_t n) {
-  NVFP4_CHECK(nq >= 1 && nq <= 4, "axpy_rows_multi_f32: 1 to 4 weight vectors");
-  for (int a = 1; a < nq; ++a) NVFP4_CHECK(count[a] >= count[a - 1], "axpy_rows_multi_f32: counts must not decrease");
-  const int64_t shared = count[0];
-  if (nq == 1 || !axpy_rows_q_f32(nq, w, rows, ld, shared, n, y)) {
-    for (int a = 0; a < nq; ++a) axpy_rows_f32(w[a], rows, ld, count[a], y[a], n);
-    return;
-  }
-  for (int a = 1; a < nq; ++a)  // the later rows, after the shared ones: each element still in row order
-    axpy_rows_f32(w[a] + shared, rows + shared * ld, ld, count[a] - shared, y[a], n);
+void axpy_rows_multi(const float* const* w, int nq, const float* rows, int64_t ld, const int64_t* count,
+                     float* const* y, int64_t n) {
+  axpy_multi(w, nq, rows, ld, count, y, n, axpy_rows_f32_rows, axpy_rows_q_f32_rows);
+}
+
+void dot_rows_multi(const float* const* q, int nq, const uint16_t* rows, DType t, int64_t ld, const int64_t* count,
+                    int64_t n, float* const* out) {
+  check_bits16_rows(t, "dot_rows_multi");
+  if (t == DType::BF16) dot_multi(q, nq, rows, ld, count, n, out, dot_rows_bf16_rows, dot_rows_q_bf16_rows);
+  else dot_multi(q, nq, rows, ld, count, n, out, dot_rows_f16_rows, dot_rows_q_f16_rows);
+}
+
+void axpy_rows_multi(const float* const* w, int nq, const uint16_t* rows, DType t, int64_t ld, const int64_t* count,
+                     float* const* y, int64_t n) {
+  check_bits16_rows(t, "axpy_rows_multi");
+  if (t == DType::BF16) axpy_multi(w, nq, rows, ld, count, y, n, axpy_rows_bf16_rows, axpy_rows_q_bf16_rows);
+  else axpy_multi(w, nq, rows, ld, count, y, n, axpy_rows_f16_rows, axpy_rows_q_f16_rows);
 }
 
 void rmsnorm(const float* x, const float* w, int64_t m, int64_t d, float eps, DType t, float* out) {

@@ -33,11 +33,16 @@ void axpy_rows_f32(const float* a, const float* rows, int64_t ld, int64_t count,
 // The same two for nq <= 4 queries (weight vectors) at once, a prompt's consecutive tokens of one head: query a
 // takes rows 0 .. count[a] - 1 (count non-decreasing), each result bit for bit what the one-query function
 // gives, the rows the queries share loaded once for all of them (where nq · ceil(n / 16) fits the registers:
-// attention_tokens_per_pass(n) queries per call).
-void dot_rows_multi_f32(const float* const* q, int nq, const float* rows, int64_t ld, const int64_t* count, int64_t n,
-                        float* const* out);
-void axpy_rows_multi_f32(const float* const* w, int nq, const float* rows, int64_t ld, const int64_t* count,
-                         float* const* y, int64_t n);
+// attention_tokens_per_pass(n) queries per call). Rows of f32, or of T bit patterns (t BF16 or F16: a 16-bit
+// model's KV cache), widened exactly on load, so the same values give the same bits either way.
+void dot_rows_multi(const float* const* q, int nq, const float* rows, int64_t ld, const int64_t* count, int64_t n,
+                    float* const* out);
+void axpy_rows_multi(const float* const* w, int nq, const float* rows, int64_t ld, const int64_t* count,
+                     float* const* y, int64_t n);
+void dot_rows_multi(const float* const* q, int nq, const uint16_t* rows, DType t, int64_t ld, const int64_t* count,
+                    int64_t n, float* const* out);
+void axpy_rows_multi(const float* const* w, int nq, const uint16_t* rows, DType t, int64_t ld, const int64_t* count,
+                     float* const* y, int64_t n);
 int attention_tokens_per_pass(int64_t n);
 
 // out (m, d) = T( T(x · r) · w ), r = 1/sqrt(mean(x²) + eps) per row (HF LlamaRMSNorm: normalise in f32,

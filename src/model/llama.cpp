@@ -501,8 +501,13 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
     return m;  // the KV cache lives on the device
   }
   const size_t kv = static_cast<size_t>(c.n_layers * nkv * m->cap_ * hd);
-  m->kcache_.assign(kv, 0.0f);
-  m->vcache_.assign(kv, 0.0f);
+  if (m->act_ == DType::F32) {
+    m->kcache_.assign(kv, 0.0f);
+    m->vcache_.assign(kv, 0.0f);
+  } else {
+    m->kbits_.assign(kv, 0);
+    m->vbits_.assign(kv, 0);
+  }
   return m;
 }
 
@@ -887,17 +892,30 @@ void LlamaModel::forward(const int32_t* tokens, int64_t n, float* logits, bool a
     Layer& L = *layers_[static_cast<size_t>(li)];
     rmsnorm(x.data(), L.in_norm.data(), n, H, eps, act_, a.data());
     run_linears({{&L.q, q.data()}, {&L.k, k.data()}, {&L.v, v.data()}}, a.data(), n);
-    float* kc = kcache_.data() + static_cast<size_t>(li * nkv * cap_ * hd);
-    float* vc = vcache_.data() + static_cast<size_t>(li * nkv * cap_ * hd);
+    const bool bits = act_ != DType::F32;  // the cache holds T bits (kbits_, vbits_)
+    const size_t layer0 = static_cast<size_t>(li * nkv * cap_ * hd);
+    float* kc = bits ? nullptr : kcache_.data() + layer0;
+    float* vc = bits ? nullptr : vcache_.data() + layer0;
+    uint16_t* kcb = bits ? kbits_.data() + layer0 : nullptr;
+    uint16_t* vcb = bits ? vbits_.data() + layer0 : nullptr;
     for (int64_t i = 0; i < n; ++i) {
       const int64_t p = pos_ + i;
       const float* cs = rope_cs_.data() + p * hd;
       for (int64_t h = 0; h < nh; ++h) rope_apply(q.data() + (i * nh + h) * hd, cs, hd, act_);
       for (int64_t h = 0; h < nkv; ++h) {
         float* kh = k.data() + (i * nkv + h) * hd;
+        const float* vh = v.data() + (i * nkv + h) * hd;
         rope_apply(kh, cs, hd, act_);
-        std::memcpy(kc + (h * cap_ + p) * hd, kh, hd * 4);
-        std::memcpy(vc + (h * cap_ + p) * hd, v.data() + (i * nkv + h) * hd, hd * 4);
+        const int64_t at = (h * cap_ + p) * hd;
+        if (bits) {
+          for (int64_t e = 0; e < hd; ++e) {  // exact: rope_apply and the v linear round to T
+            kcb[at + e] = to_bits16(act_, kh[e]);
+            vcb[at + e] = to_bits16(act_, vh[e]);
+          }
+        } else {
+          std::memcpy(kc + at, kh, hd * 4);
+          std::memcpy(vc + at, vh, hd * 4);
+        }
       }
     }
     // Tasks of up to tq consecutive tokens of one head (a prompt's tokens share the cache rows they read).
@@ -920,7 +938,9 @@ void LlamaModel::forward(const int32_t* tokens, int64_t n, float* logits, bool a
           ws[a] = s[a].data();
           os[a] = att.data() + (i * nh + h) * hd;
         }
-        dot_rows_multi_f32(qs, nq, kc + kvh * cap_ * hd, hd, count, hd, ws);
+        const int64_t head0 = kvh * cap_ * hd;
+        if (bits) dot_rows_multi(qs, nq, kcb + head0, act_, hd, count, hd, ws);
+        else dot_rows_multi(qs, nq, kc + head0, hd, count, hd, ws);
         for (int a = 0; a < nq; ++a) {
           float* sa = ws[a];
           float mx = -INFINITY;
@@ -937,7 +957,8 @@ void LlamaModel::forward(const int32_t* tokens, int64_t n, float* logits, bool a
           for (int64_t t = 0; t < count[a]; ++t) sa[t] = sa[t] * inv;  // each position's weight
           std::fill(os[a], os[a] + hd, 0.0f);
         }
-        axpy_rows_multi_f32(ws, nq, vc + kvh * cap_ * hd, hd, count, os, hd);
+        if (bits) axpy_rows_multi(ws, nq, vcb + head0, act_, hd, count, os, hd);
+        else axpy_rows_multi(ws, nq, vc + head0, hd, count, os, hd);
         for (int a = 0; a < nq; ++a) round_to_dtype(os[a], hd, act_);
       }
     });

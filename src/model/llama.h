@@ -150,7 +150,10 @@ class LlamaModel {
   std::vector<std::unique_ptr<Layer>> layers_;
   std::unique_ptr<Linear> lm_head_;
   std::vector<float> rope_cs_;         // (cap, hd) : per position hd/2 cos then hd/2 sin
-  std::vector<float> kcache_, vcache_; // (layers, kv_heads, cap, hd) f32 (values in T)
+  // The KV cache on the host: (layers, kv_heads, cap, hd), as T bit patterns when T is 16-bit (the cached
+  // keys and values are T values), else f32.
+  std::vector<uint16_t> kbits_, vbits_;
+  std::vector<float> kcache_, vcache_;
   bool record_amax_ = false;
   std::map<std::string, float> amax_;
   uint64_t weight_bytes_ = 0;
