@@ -32,6 +32,42 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+// nq queries of n values with their weight vectors (count[a] each), and two sets of outputs: dot products
+// (NaN until written) and weighted-sum accumulators (the same random start in both sets).
+struct Queries {
+  std::vector<std::vector<float>> q, w, dot[2], acc[2];
+  const float* qp[4] = {};
+  const float* wp[4] = {};
+  float* dotp[2][4] = {};
+  float* accp[2][4] = {};
+  Queries(int nq, int64_t n, const int64_t* count, unsigned& seed) : q(4), w(4) {
+    for (int k = 0; k < 2; ++k) {
+      dot[k].resize(4);
+      acc[k].resize(4);
+    }
+    for (int a = 0; a < nq; ++a) {
+      q[a] = rnd(static_cast<size_t>(n), seed++);
+      w[a] = rnd(static_cast<size_t>(count[a]), seed++);
+      acc[0][a] = rnd(static_cast<size_t>(n), seed++);
+      acc[1][a] = acc[0][a];
+      qp[a] = q[a].data();
+      wp[a] = w[a].data();
+      for (int k = 0; k < 2; ++k) {
+        dot[k][a].assign(static_cast<size_t>(count[a]), NAN);
+        dotp[k][a] = dot[k][a].data();
+        accp[k][a] = acc[k][a].data();
+      }
+    }
+  }
+  // Both sets equal bit for bit, query by query.
+  void expect_same(int nq, const std::string& tag) const {
+    for (int a = 0; a < nq; ++a) {
+      EXPECT_TRUE(same_bits(dot[0][a], dot[1][a])) << tag << " query " << a << ": dot products differ";
+      EXPECT_TRUE(same_bits(acc[0][a], acc[1][a])) << tag << " query " << a << ": weighted sums differ";
+    }
+  }
+};
+
 }  // namespace
 
 TEST(AttentionRows, SeveralQueriesEqualOneAtATimeBitForBit) {
@@ -50,31 +86,14 @@ TEST(AttentionRows, SeveralQueriesEqualOneAtATimeBitForBit) {
           for (int a = 0; a < nq; ++a) count[a] = first + a * step;
           const int64_t rows_n = count[nq - 1];
           const auto rows = rnd(static_cast<size_t>((rows_n + 1) * ld), seed++);
-          std::vector<std::vector<float>> q(4), w(4), out(4), ref(4), y(4), yref(4);
-          const float* qp[4];
-          const float* wp[4];
-          float* op[4];
-          float* yp[4];
-          for (int a = 0; a < nq; ++a) {
-            q[a] = rnd(static_cast<size_t>(n), seed++);
-            w[a] = rnd(static_cast<size_t>(count[a]), seed++);
-            out[a].assign(static_cast<size_t>(count[a]), NAN);
-            ref[a].assign(static_cast<size_t>(count[a]), NAN);
-            y[a] = rnd(static_cast<size_t>(n), seed++);
-            yref[a] = y[a];
-            qp[a] = q[a].data();
-            wp[a] = w[a].data();
-            op[a] = out[a].data();
-            yp[a] = y[a].data();
-            nm::dot_rows_f32(q[a].data(), rows.data(), ld, count[a], n, ref[a].data());
-            nm::axpy_rows_f32(w[a].data(), rows.data(), ld, count[a], yref[a].data(), n);
+          Queries qs(nq, n, count, seed);
+          for (int a = 0; a < nq; ++a) {  // set 1: one query at a time
+            nm::dot_rows_f32(qs.qp[a], rows.data(), ld, count[a], n, qs.dotp[1][a]);
+            nm::axpy_rows_f32(qs.wp[a], rows.data(), ld, count[a], qs.accp[1][a], n);
           }
-          nm::dot_rows_multi(qp, nq, rows.data(), ld, count, n, op);
-          nm::axpy_rows_multi(wp, nq, rows.data(), ld, count, yp, n);
-          for (int a = 0; a < nq; ++a) {
-            EXPECT_TRUE(same_bits(out[a], ref[a])) << tag << " query " << a << ": dot products differ";
-            EXPECT_TRUE(same_bits(y[a], yref[a])) << tag << " query " << a << ": weighted sums differ";
-          }
+          nm::dot_rows_multi(qs.qp, nq, rows.data(), ld, count, n, qs.dotp[0]);
+          nm::axpy_rows_multi(qs.wp, nq, rows.data(), ld, count, qs.accp[0], n);
+          qs.expect_same(nq, tag);
         }
       }
     }
@@ -100,32 +119,12 @@ TEST(AttentionRows, SixteenBitRowsEqualF32RowsOfTheSameValues) {
           bits[i] = nvfp4::to_bits16(t, raw[i]);
           vals[i] = nvfp4::from_bits16(t, bits[i]);
         }
-        std::vector<std::vector<float>> q(4), w(4), o16(4), o32(4), y16(4), y32(4);
-        const float* qp[4];
-        const float* wp[4];
-        float *p16[4], *p32[4], *py16[4], *py32[4];
-        for (int a = 0; a < nq; ++a) {
-          q[a] = rnd(static_cast<size_t>(n), seed++);
-          w[a] = rnd(static_cast<size_t>(count[a]), seed++);
-          o16[a].assign(static_cast<size_t>(count[a]), NAN);
-          o32[a].assign(static_cast<size_t>(count[a]), NAN);
-          y16[a] = rnd(static_cast<size_t>(n), seed++);
-          y32[a] = y16[a];
-          qp[a] = q[a].data();
-          wp[a] = w[a].data();
-          p16[a] = o16[a].data();
-          p32[a] = o32[a].data();
-          py16[a] = y16[a].data();
-          py32[a] = y32[a].data();
-        }
-        nm::dot_rows_multi(qp, nq, bits.data(), t, ld, count, n, p16);
-        nm::dot_rows_multi(qp, nq, vals.data(), ld, count, n, p32);
-        nm::axpy_rows_multi(wp, nq, bits.data(), t, ld, count, py16, n);
-        nm::axpy_rows_multi(wp, nq, vals.data(), ld, count, py32, n);
-        for (int a = 0; a < nq; ++a) {
-          EXPECT_TRUE(same_bits(o16[a], o32[a])) << tag << " query " << a << ": dot products differ";
-          EXPECT_TRUE(same_bits(y16[a], y32[a])) << tag << " query " << a << ": weighted sums differ";
-        }
+        Queries qs(nq, n, count, seed);
+        nm::dot_rows_multi(qs.qp, nq, bits.data(), t, ld, count, n, qs.dotp[0]);
+        nm::dot_rows_multi(qs.qp, nq, vals.data(), ld, count, n, qs.dotp[1]);
+        nm::axpy_rows_multi(qs.wp, nq, bits.data(), t, ld, count, qs.accp[0], n);
+        nm::axpy_rows_multi(qs.wp, nq, vals.data(), ld, count, qs.accp[1], n);
+        qs.expect_same(nq, tag);
       }
     }
   }
