@@ -556,10 +556,13 @@ void attention(const float* q, const float* kc, const float* vc, int64_t n, int6
     fail("cuda decoder op attention: a cache of " + std::to_string(cap) + " positions splits decoding over " +
          std::to_string(splits) + " blocks per head, which needs scratch (attention_scratch_bytes)");
   }
-  const int heads = n == 1 ? 1 : attn_heads_per_block(nh, nkv, hd);
   // Positions per block, at most: below the last split count, a split takes <= kMinSplitPositions (the count
   // is at least (p + 1) / kMinSplitPositions); with all of them, ceil((p + 1) / splits) at p <= pos0.
   const int64_t per = splits > 1 ? std::max(kMinSplitPositions, (pos0 + n + splits - 1) / splits) : pos0 + n;
+  // A prompt's heads per block, halved while their scores would not fit (long prompts keep one head per block
+  // and the full limit).
+  int heads = n == 1 ? 1 : attn_heads_per_block(nh, nkv, hd);
+  while (heads > 1 && heads * per > kMaxScores) heads /= 2;
   if (heads * per > kMaxScores) {
     fail("cuda decoder op attention: " + std::to_string(per) + " positions for one block, beyond the kernel's limit of " +
          std::to_string(kMaxScores / heads));

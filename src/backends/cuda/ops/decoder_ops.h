@@ -64,7 +64,9 @@ void rope_store_kv(float* q, float* k, const float* v, int64_t n, int64_t nh, in
 // its positions against its own maximum; the last block of a head to finish adds the splits' sums in split
 // order. Their partial sums meet in `scratch`: attention_scratch_bytes(nh, hd, cap) bytes of device memory,
 // zeroed before its first use (the kernel leaves it zeroed again); needed when attention_splits > 1. Limits:
-// hd <= 256, at most 32768 scores per block (heads x positions; they live in shared memory). Throws otherwise.
+// hd <= 256, at most 32768 scores per block (they live in shared memory): a prompt's tokens see up to 32768
+// positions (its blocks take fewer heads as that grows), a one-token step up to 32768 per split. Throws
+// otherwise.
 int attention_splits(int64_t n, int64_t nh, int64_t cap);
 size_t attention_scratch_bytes(int64_t nh, int64_t hd, int64_t cap);
 void attention(const float* q, const float* kc, const float* vc, int64_t n, int64_t pos0, int64_t nh, int64_t nkv,
