@@ -35,7 +35,7 @@ using nvfp4::DType;
 namespace {
 
 struct Tiny {
-  int64_t H = 32, nh = 4, nkv = 2, hd = 8, I = 48, V = 40, L = 2;
+  int64_t H = 32, nh = 4, nkv = 2, hd = 8, I = 48, V = 40, L = 2, max_position = 256;
   double eps = 1e-5, theta = 10000.0;
   // llama3 rope scaling with original_max_position 16: wavelengths 6.3 (between 4 and 16: smoothed),
   // 63, 628, 6283 (> 16: divided by the factor).
@@ -78,7 +78,7 @@ std::string write_tiny(const Tiny& t, const std::string& dir, const std::string&
       << "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": " << t.H
       << ", \"intermediate_size\": " << t.I << ", \"num_hidden_layers\": " << t.L << ", \"num_attention_heads\": " << t.nh
       << ", \"num_key_value_heads\": " << t.nkv << ", \"vocab_size\": " << t.V
-      << ", \"max_position_embeddings\": 256, \"rms_norm_eps\": " << t.eps << ", \"rope_theta\": " << t.theta
+      << ", \"max_position_embeddings\": " << t.max_position << ", \"rms_norm_eps\": " << t.eps << ", \"rope_theta\": " << t.theta
       << ", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": " << t.factor << ", \"low_freq_factor\": " << t.lo
       << ", \"high_freq_factor\": " << t.hi << ", \"original_max_position_embeddings\": " << t.orig
       << "}, \"attention_bias\": true, \"tie_word_embeddings\": " << (tied ? "true" : "false")
@@ -86,8 +86,11 @@ std::string write_tiny(const Tiny& t, const std::string& dir, const std::string&
   return dir;
 }
 
-Tiny make_tiny(unsigned seed) {
+// hd: head_dim; the hidden size is nh · hd (the config carries no head_dim).
+Tiny make_tiny(unsigned seed, int64_t hd = 8) {
   Tiny t;
+  t.hd = hd;
+  t.H = t.nh * hd;
   std::mt19937 g(seed);
   t.w["model.embed_tokens.weight"] = rnd(g, t.V * t.H, 1.0);
   t.w["model.norm.weight"] = rnd(g, t.H, 0.2, 1.0);
@@ -300,6 +303,34 @@ TEST(Decoder, KvCacheDecodeEqualsPrefillBitForBit16BitModels) {
     m->reset();
     std::vector<float> last(t.V, NAN);
     for (size_t i = 0; i < tok.size(); ++i) {
+      m->forward(&tok[i], 1, last.data(), false);
+      for (int64_t j = 0; j < t.V; ++j) ASSERT_EQ(last[j], all[i * t.V + j]) << dt << " token " << i << " logit " << j;
+    }
+    fs::remove_all(dir);
+  }
+}
+
+// With head_dim 16 the CPU attention shares cache rows between queries: a prompt's consecutive tokens of a
+// head (4 per pass), and from 256 positions on a one-token step's query heads of one kv head. A 300-token prompt
+// and the same tokens decoded one at a time past position 256 must give the same logits bit for bit, in f32
+// and with the 16-bit cache of a bf16 model.
+TEST(Decoder, KvCacheDecodeEqualsPrefillBitForBitWithSharedCacheRows) {
+  for (const char* dt : {"float32", "bfloat16"}) {
+    Tiny t = make_tiny(17, 16);
+    t.max_position = 512;
+    const std::string dir = write_tiny(t, tmpdir(std::string("kvshare") + dt), dt);
+    auto m = nvfp4::model::LlamaModel::load(dir, {}, {});
+    std::vector<int32_t> tok(300);
+    for (size_t i = 0; i < tok.size(); ++i) tok[i] = static_cast<int32_t>((11 * i + 7) % t.V);
+    std::vector<float> all(tok.size() * t.V, NAN);
+    m->forward(tok.data(), static_cast<int64_t>(tok.size()), all.data(), true);
+    double norm2 = 0;
+    for (float v : all) norm2 += static_cast<double>(v) * v;
+    ASSERT_GT(norm2, 1.0) << dt << ": logits are trivial";
+    m->reset();
+    std::vector<float> last(t.V, NAN);
+    m->forward(tok.data(), 3, last.data(), false);
+    for (size_t i = 3; i < tok.size(); ++i) {
       m->forward(&tok[i], 1, last.data(), false);
       for (int64_t j = 0; j < t.V; ++j) ASSERT_EQ(last[j], all[i * t.V + j]) << dt << " token " << i << " logit " << j;
     }
