@@ -222,41 +222,6 @@ __attribute__((always_inline)) inline void dot_rows_t(const float* q, const type
   }
 }
 
-// kC vectors of y (16 elements each) kept in registers while the rows stream past in order.
-template <class R, int kC>
-__attribute__((always_inline)) inline void axpy_block(const float* a, const typename R::E* rows, int64_t ld,
-                                                      int64_t count, float* y) {
-  v16f yv[kC];
-  for (int c = 0; c < kC; ++c) yv[c] = load16(y + 16 * c);
-  for (int64_t t = 0; t < count; ++t) {
-    const float at = a[t];
-    const typename R::E* r = rows + t * ld;
-    for (int c = 0; c < kC; ++c) yv[c] = yv[c] + at * R::load(r + 16 * c);
-  }
-  std::memcpy(y, yv, sizeof(yv));
-}
-
-template <class R>
-__attribute__((always_inline)) inline void axpy_rows_t(const float* a, const typename R::E* rows, int64_t ld,
-                                                       int64_t count, float* y, int64_t n) {
-  const int64_t nv = n / 16 * 16;
-  for (int64_t j = 0; j < nv; j += 16 * 8) {  // up to 8 vectors of y per pass over the rows
-    const typename R::E* r = rows + j;
-    switch ((nv - j) / 16 < 8 ? (nv - j) / 16 : 8) {
-      case 1: axpy_block<R, 1>(a, r, ld, count, y + j); break;
-      case 2: axpy_block<R, 2>(a, r, ld, count, y + j); break;
-      case 3: axpy_block<R, 3>(a, r, ld, count, y + j); break;
-      case 4: axpy_block<R, 4>(a, r, ld, count, y + j); break;
-      case 5: axpy_block<R, 5>(a, r, ld, count, y + j); break;
-      case 6: axpy_block<R, 6>(a, r, ld, count, y + j); break;
-      case 7: axpy_block<R, 7>(a, r, ld, count, y + j); break;
-      default: axpy_block<R, 8>(a, r, ld, count, y + j); break;
-    }
-  }
-  for (int64_t j = nv; j < n; ++j)
-    for (int64_t t = 0; t < count; ++t) y[j] += a[t] * R::one(rows[t * ld + j]);
-}
-
 // kQ queries (a prompt's consecutive tokens of one head) against rows [0, count) of kC·16 + tail values: each
 // row's vectors loaded (and widened) once for all of them; every product is dot_rows_t's sequence of operations.
 template <class R, int kQ, int kC>
@@ -301,6 +266,30 @@ __attribute__((always_inline)) inline void axpy_rows_q(const float* const* w, co
   for (int a = 0; a < kQ; ++a)
     for (int64_t j = 16 * kC; j < n; ++j)
       for (int64_t t = 0; t < count; ++t) y[a][j] += w[a][t] * R::one(rows[t * ld + j]);
+}
+
+// One weight vector over rows of any length: up to 8 vectors of y per pass over the rows (axpy_rows_q with one
+// query and no tail), then the tail elements, each element's products added in row order.
+template <class R>
+__attribute__((always_inline)) inline void axpy_rows_t(const float* a, const typename R::E* rows, int64_t ld,
+                                                       int64_t count, float* y, int64_t n) {
+  const int64_t nv = n / 16 * 16;
+  for (int64_t j = 0; j < nv; j += 16 * 8) {
+    const typename R::E* r = rows + j;
+    float* yj = y + j;
+    switch ((nv - j) / 16 < 8 ? (nv - j) / 16 : 8) {
+      case 1: axpy_rows_q<R, 1, 1>(&a, r, ld, count, &yj, 16); break;
+      case 2: axpy_rows_q<R, 1, 2>(&a, r, ld, count, &yj, 32); break;
+      case 3: axpy_rows_q<R, 1, 3>(&a, r, ld, count, &yj, 48); break;
+      case 4: axpy_rows_q<R, 1, 4>(&a, r, ld, count, &yj, 64); break;
+      case 5: axpy_rows_q<R, 1, 5>(&a, r, ld, count, &yj, 80); break;
+      case 6: axpy_rows_q<R, 1, 6>(&a, r, ld, count, &yj, 96); break;
+      case 7: axpy_rows_q<R, 1, 7>(&a, r, ld, count, &yj, 112); break;
+      default: axpy_rows_q<R, 1, 8>(&a, r, ld, count, &yj, 128); break;
+    }
+  }
+  for (int64_t j = nv; j < n; ++j)
+    for (int64_t t = 0; t < count; ++t) y[j] += a[t] * R::one(rows[t * ld + j]);
 }
 
 // Dispatch on (queries, 16-value chunks) with kQ·kC <= 16 (the register budget); false where it does not apply.
