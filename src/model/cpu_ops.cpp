@@ -62,17 +62,17 @@ inline v16f load16_f16(const uint16_t* p) {
 }
 
 // Rows of f32, bf16 or f16 values (cache rows, weights), widened exactly to f32: 16 at a time or one.
-struct F32Rows {
+struct F32Values {
   using E = float;
   static v16f load(const float* p) { return load16(p); }
   static float one(float v) { return v; }
 };
-struct Bf16Weights {
+struct Bf16Values {
   using E = uint16_t;
   static v16f load(const uint16_t* p) { return load16_bf16(p); }
   static float one(uint16_t b) { return bf16_to_f32(b); }
 };
-struct F16Weights {
+struct F16Values {
   using E = uint16_t;
   static v16f load(const uint16_t* p) { return load16_f16(p); }
   static float one(uint16_t b) { return f16_to_f32(b); }
@@ -140,13 +140,13 @@ __attribute__((always_inline)) inline void matmul_rows_16(const float* x, int64_
 NVFP4_CLONES
 void matmul_rows_bf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, int64_t n0, int64_t n1,
                       float* acc) {
-  matmul_rows_16<Bf16Weights>(x, m, k, w, n, n0, n1, acc);
+  matmul_rows_16<Bf16Values>(x, m, k, w, n, n0, n1, acc);
 }
 
 NVFP4_CLONES
 void matmul_rows_f16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, int64_t n0, int64_t n1,
                      float* acc) {
-  matmul_rows_16<F16Weights>(x, m, k, w, n, n0, n1, acc);
+  matmul_rows_16<F16Values>(x, m, k, w, n, n0, n1, acc);
 }
 
 NVFP4_CLONES
@@ -351,9 +351,9 @@ __attribute__((always_inline)) inline bool rows_q(int nq, const float* const* x,
                                        int64_t n, float* const* y) {                                            \
     return rows_q<R, false>(nq, w, rows, ld, count, n, y);                                                      \
   }
-NVFP4_ROW_FUNCTIONS(f32_rows, F32Rows)
-NVFP4_ROW_FUNCTIONS(bf16_rows, Bf16Weights)
-NVFP4_ROW_FUNCTIONS(f16_rows, F16Weights)
+NVFP4_ROW_FUNCTIONS(f32_rows, F32Values)
+NVFP4_ROW_FUNCTIONS(bf16_rows, Bf16Values)
+NVFP4_ROW_FUNCTIONS(f16_rows, F16Values)
 #undef NVFP4_ROW_FUNCTIONS
 
 // The multi-query forms over rows of any type: the shared rows for all queries at once, then each query's own.
