@@ -78,7 +78,6 @@ struct F16Values {
   static float one(uint16_t b) { return f16_to_f32(b); }
 };
 
-// Fixed pairwise lane sum: (((l0+l8)+(l4+l12))+...) so every path sums in the same order.
 // Σ of the 16 lanes in a fixed pairwise order: a[i] + a[i + w] for w = 8, 4, 2, 1 (as vector halves, which
 // the compiler otherwise turned into 15 scalar additions).
 inline float hsum(v16f v) {
@@ -356,12 +355,17 @@ NVFP4_ROW_FUNCTIONS(bf16_rows, Bf16Values)
 NVFP4_ROW_FUNCTIONS(f16_rows, F16Values)
 #undef NVFP4_ROW_FUNCTIONS
 
+// The multi-query forms' arguments: 1 to 4 queries whose row counts do not decrease.
+void check_multi(int nq, const int64_t* count, const char* what) {
+  NVFP4_CHECK(nq >= 1 && nq <= 4, std::string(what) + ": 1 to 4 queries");
+  for (int a = 1; a < nq; ++a) NVFP4_CHECK(count[a] >= count[a - 1], std::string(what) + ": counts must not decrease");
+}
+
 // The multi-query forms over rows of any type: the shared rows for all queries at once, then each query's own.
 template <class E, class Dot, class DotQ>
 void dot_multi(const float* const* q, int nq, const E* rows, int64_t ld, const int64_t* count, int64_t n,
                float* const* out, Dot dot, DotQ dot_q) {
-  NVFP4_CHECK(nq >= 1 && nq <= 4, "dot_rows_multi: 1 to 4 queries");
-  for (int a = 1; a < nq; ++a) NVFP4_CHECK(count[a] >= count[a - 1], "dot_rows_multi: counts must not decrease");
+  check_multi(nq, count, "dot_rows_multi");
   const int64_t shared = count[0];
   if (nq == 1 || !dot_q(nq, q, rows, ld, shared, n, out)) {
     for (int a = 0; a < nq; ++a) dot(q[a], rows, ld, count[a], n, out[a]);
@@ -374,8 +378,7 @@ void dot_multi(const float* const* q, int nq, const E* rows, int64_t ld, const i
 template <class E, class Axpy, class AxpyQ>
 void axpy_multi(const float* const* w, int nq, const E* rows, int64_t ld, const int64_t* count, float* const* y,
                 int64_t n, Axpy axpy, AxpyQ axpy_q) {
-  NVFP4_CHECK(nq >= 1 && nq <= 4, "axpy_rows_multi: 1 to 4 weight vectors");
-  for (int a = 1; a < nq; ++a) NVFP4_CHECK(count[a] >= count[a - 1], "axpy_rows_multi: counts must not decrease");
+  check_multi(nq, count, "axpy_rows_multi");
   const int64_t shared = count[0];
   if (nq == 1 || !axpy_q(nq, w, rows, ld, shared, n, y)) {
     for (int a = 0; a < nq; ++a) axpy(w[a], rows, ld, count[a], y[a], n);
