@@ -23,6 +23,7 @@
 #include "backends/cuda/device/device_info.h"
 #include "backends/cuda/gemm.cuh"
 #include "backends/cuda/quantize.cuh"
+#include "backends/cuda/vllm_weights.h"
 #include "backends/cuda/weight_layout.h"
 #include "format/numerics.h"
 
@@ -204,6 +205,7 @@ class CudaLinearImpl final : public CudaLinear {
     w_dec_ = w.weight.global.dec;
     x_enc_ = w.input_global.enc;
     out_factor_ = linear_output_factor(w, s);
+    if (s == Semantics::W4A4_VLLM) vllm_ = vllm_pow2_plan(act, w_dec_, f.scales.data(), f.scales.size());
     check_cuda(cudaGetLastError(), "upload");
     blas_ = &blas_handle(device, "cuda linear '" + w.name + "'");
 
@@ -232,6 +234,7 @@ class CudaLinearImpl final : public CudaLinear {
     forced_split_rb0_ = rb0;
   }
   void set_fused_max_m(int64_t m) { fused_max_m_ = m < 0 ? default_fused_max_m(sem_, n_, k_, wgmma_) : m; }
+  const VllmPow2Plan& vllm_plan() const { return vllm_; }
   int64_t fused_max_m() const { return fused_max_m_; }
   Semantics semantics() const override { return sem_; }
   int64_t out_features() const override { return n_; }
@@ -249,11 +252,10 @@ class CudaLinearImpl final : public CudaLinear {
     std::lock_guard<std::mutex> lock(mu_);
     detail::GemmParams p = params(m, y);
     const bool large = m > fused_max_m_;
-    const float shift = product_unshift(act_);  // 2^c of dequant_bits.h
     if (sem_ == Semantics::W4A16) {
-      if (large) return run_large(static_cast<const uint8_t*>(x), m, y, out_factor_, false, stream);
+      if (large) return run_large(static_cast<const uint8_t*>(x), m, y, stream);
       p.x = x;
-      p.out_scale = out_factor_ * shift;
+      p.out_scale = out_factor_ * weight_unscale();
       return fused(p, detail::Mode::Exact, false, stream);
     }
     // W4A4: the activations are quantized and written back dequantized (exact e2m1·sx, or vLLM's
@@ -274,10 +276,10 @@ class CudaLinearImpl final : public CudaLinear {
     const bool programmatic_quantizer =
         shared && p.programmatic && detail::quantize_dequant_quad_blocks(m, k_) <= 32;
     detail::launch_quantize_dequant(x, act_, m, k_, x_enc_, vllm, deq, programmatic_quantizer, stream);
-    if (large) return run_large(static_cast<const uint8_t*>(deq), m, y, out_factor_, vllm, stream);
+    if (large) return run_large(static_cast<const uint8_t*>(deq), m, y, stream);
     p.x = deq;
-    p.out_scale = vllm ? out_factor_ : out_factor_ * shift;  // only the exact-weight products carry 2^-c
-    fused(p, vllm ? detail::Mode::Vllm : detail::Mode::Exact, true, stream);
+    p.out_scale = out_factor_ * weight_unscale();
+    fused(p, weight_mode(), true, stream);
   }
 
  private:
@@ -292,7 +294,7 @@ class CudaLinearImpl final : public CudaLinear {
     p.k = static_cast<int>(k_);
     p.n16 = static_cast<int>(n16_);
     p.kc = static_cast<int>(kc_);
-    p.w_dec = w_dec_;
+    p.w_dec = weight_mode() == detail::Mode::VllmPow2 ? vllm_.w_dec : w_dec_;
     // The fused kernels may start (and stream their first weights) while the previous kernel in the stream
     // (the W4A4 quantizer, the kernel that wrote x, or the previous layer) still runs.
     p.programmatic = programmatic_ && programmatic_launch_enabled();
@@ -343,13 +345,24 @@ class CudaLinearImpl final : public CudaLinear {
     detail::launch_wgmma_gemm(p, act_, mode, kt, wgmma_consumers(p.m, rule), stream);
   }
 
-  // y = T(alpha · x_T · W_Tᵀ) through cuBLAS (f32 compute), weight tiles of chunk_rows_ rows dequantized
-  // to T (exact: e2m1·S·2^-c, the GEMM's factor alpha·2^c, a power of two; vLLM: T(e2m1·f32(S·D_w))), then
-  // the bias.
+  // How the kernels dequantize this layer's weights, and the power of two that undoes what they carry
+  // (exact: e2m1·S·2^-c, undone by 2^c; vLLM per weight: T(e2m1·f32(S·D_w)) itself; vLLM power-of-two form:
+  // those times 2^τ).
+  detail::Mode weight_mode() const {
+    if (sem_ != Semantics::W4A4_VLLM) return detail::Mode::Exact;
+    return vllm_.ok ? detail::Mode::VllmPow2 : detail::Mode::Vllm;
+  }
+  float weight_unscale() const {
+    const detail::Mode mode = weight_mode();
+    return mode == detail::Mode::Exact ? product_unshift(act_) : mode == detail::Mode::VllmPow2 ? vllm_.unscale : 1.0f;
+  }
+
+  // y = T(out_factor_ · x_T · W_Tᵀ) through cuBLAS (f32 compute), weight tiles of chunk_rows_ rows dequantized
+  // to T as weight_mode() says (the GEMM's factor out_factor_·weight_unscale(), a power of two), then the bias.
   // Weight tiles of chunk_rows_ rows are dequantized one after the other into one stream-ordered buffer,
   // each followed by its cuBLAS GEMM. (Dequantizing the next tile on a second stream was measured to give
   // nothing: the GEMM occupies every SM.)
-  void run_large(const uint8_t* xt, int64_t m, void* y, float alpha, bool vllm, cudaStream_t stream) const {
+  void run_large(const uint8_t* xt, int64_t m, void* y, cudaStream_t stream) const {
     detail::GemmParams p = params(m, y);
     StreamBuf wb(static_cast<size_t>(chunk_rows_) * k_ * 2, stream);
     uint8_t* wbuf = wb.get();
@@ -362,10 +375,10 @@ class CudaLinearImpl final : public CudaLinear {
                                                  std::to_string(static_cast<int>(st)) + ")");
     const cudaDataType_t dt = act_ == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
     const float beta = 0.0f;
-    if (!vllm) alpha *= product_unshift(act_);
+    const float alpha = out_factor_ * weight_unscale();
     for (int64_t n0 = 0; n0 < n_; n0 += chunk_rows_) {
       const int rows = static_cast<int>(std::min<int64_t>(chunk_rows_, n16_ * 16 - n0));
-      detail::launch_dequant_weight(p, act_, vllm, static_cast<int>(n0), rows, wbuf, stream);
+      detail::launch_dequant_weight(p, act_, weight_mode(), static_cast<int>(n0), rows, wbuf, stream);
       const int nn = static_cast<int>(std::min<int64_t>(rows, n_ - n0));
       uint8_t* yc = static_cast<uint8_t*>(y) + n0 * 2;
       st = cublasGemmEx(blas_->handle, CUBLAS_OP_T, CUBLAS_OP_N, nn, static_cast<int>(m), static_cast<int>(k_),
@@ -385,6 +398,7 @@ class CudaLinearImpl final : public CudaLinear {
   int64_t fused_max_m_ = 64;
   float w_dec_ = 1.0f, x_enc_ = 1.0f;
   float out_factor_ = 1.0f;  // linear_output_factor (D_w, f32(D_x·D_w) or 1)
+  VllmPow2Plan vllm_;        // w4a4-vllm: the power-of-two form's plan (vllm_weights.h)
   DevBuf<uint8_t> wq_, ws_;
   DevBuf<float> bias_;
   BlasHandle* blas_ = nullptr;  // shared by every layer on device_
@@ -428,14 +442,15 @@ int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k, bool wgmma) {
   // Hopper: the wgmma kernel (M > 32) reads the weights once per 64-128 tokens and never writes a dequantized
   // copy; it wins up to M = 256 on small layers (at 384-2048 within +-15% of the dequantize + cuBLAS path, mostly
   // slower), 1536 on mid-size ones (2048 within 5% either way) and at least 2048 on large ones (0.84-0.94 there,
-  // not measured above); the vLLM flavour's per-weight f32 rounding makes it lose from M = 384 on small layers,
+  // not measured above); the vLLM flavour's per-weight f32 rounding made it lose from M = 384 on small layers,
   // 512 on mid-size and (since change 47's faster dequantization) 768 on large ones (docs/PERF.md, changes 28
-  // and 52).
+  // and 52); its power-of-two form (change 55) speeds up both paths and its scan to M = 192 agrees on the small
+  // layers (the dequantize + cuBLAS path ahead at 192), so the flavour keeps these crossovers.
   if (wgmma && s != Semantics::W4A4_VLLM) return nk < (48ll << 20) ? 256 : nk < (200ll << 20) ? 1536 : 2048;
   if (wgmma) return nk < (48ll << 20) ? 128 : nk < (200ll << 20) ? 384 : 512;
   // Elsewhere the decode kernel with 32-token tiles: the exact-weight kernel (w4a16, and w4a4 on its
   // dequantized activations) wins up to M = 64 on small layers and up to 96-128 on large ones; the vLLM
-  // flavour rounds every weight in f32 and loses earlier on N = 4096 layers.
+  // flavour loses earlier on N = 4096 layers.
   if (s != Semantics::W4A4_VLLM) return nk < (48ll << 20) ? 64 : nk < (200ll << 20) ? 96 : 128;
   return n < 6144 ? 32 : 64;
 }
@@ -594,5 +609,6 @@ WgmmaSplit wgmma_split(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms) {
 void set_programmatic_launch(bool on) { g_programmatic.store(on, std::memory_order_relaxed); }
 
 int64_t fused_max_m(const CudaLinear& l) { return dynamic_cast<const CudaLinearImpl&>(l).fused_max_m(); }
+bool vllm_weights_pow2(const CudaLinear& l) { return dynamic_cast<const CudaLinearImpl&>(l).vllm_plan().ok; }
 
 }  // namespace nvfp4::cuda

@@ -48,6 +48,8 @@ DecodeGrid decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, int rule, bo
 // Default crossover (largest M on the fused kernel) for a layer of this shape and semantics, on a device
 // that runs the wgmma kernel (M > 32) or not.
 int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k, bool wgmma);
+// w4a4-vllm: whether the kernels use the power-of-two form of the weights (vllm_weights.h) or round each weight.
+bool vllm_weights_pow2(const CudaLinear& l);
 // The layer's current crossover.
 int64_t fused_max_m(const CudaLinear& l);
 // The wgmma kernel's grid (host rules, no device needed): token tile (64 for M <= 64, else 128; blocks of 256

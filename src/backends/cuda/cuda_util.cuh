@@ -19,11 +19,17 @@
 
 namespace nvfp4::cuda::detail {
 
-// e4m3 (e4m3fn) byte -> f32, exact; 0x7F/0xFF -> NaN. (code & 0x7F) << 20 places exponent and mantissa in
-// the f32 fields, giving value · 2^-120 (subnormal e4m3 become f32 subnormals); the multiply restores it.
+// e4m3 (e4m3fn) byte (the low 8 bits of code) -> S · 2^kE4m3FieldExp as an f32, exact (dequant_bits.h); NaN
+// codes read as 480 · 2^kE4m3FieldExp.
+__device__ __forceinline__ float e4m3_field_f32(uint32_t code) {
+  static_assert(kE4m3FieldExp == -120, "the e4m3 fields start at f32 bit 20");
+  return __uint_as_float(((code & 0x7F) << 20) | ((code & 0x80) << 24));
+}
+
+// e4m3 (e4m3fn) byte -> f32, exact; 0x7F/0xFF -> NaN (e4m3_field_f32, then the multiply restores the value).
 __device__ __forceinline__ float e4m3_to_f32(uint32_t code) {
   const uint32_t c = code & 0x7F;
-  float v = __fmul_rn(__uint_as_float(c << 20), 0x1p120f);
+  float v = __fmul_rn(e4m3_field_f32(c), 0x1p120f);
   if (c == 0x7F) v = __uint_as_float(0x7FC00000u);
   return (code & 0x80) ? -v : v;
 }

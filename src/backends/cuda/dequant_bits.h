@@ -53,25 +53,44 @@ constexpr uint32_t place_code(bool bf16, int p, int j, uint32_t code) {
   return (code & 1u) << b.m | ((code >> 1) & 1u) << b.e0 | ((code >> 2) & 1u) << b.e1 | ((code >> 3) & 1u) << b.sign;
 }
 
-constexpr uint32_t kBf16RegMask = 0x81C081C0u, kF16RegMask = 0x8E008E00u;  // sign and e1 e0 m of both halves
+// Bits of both halves of a register: the sign; e1 e0 m (the magnitude); T's top mantissa bit (where m sits).
+constexpr uint32_t kSignMask = 0x80008000u;
+constexpr uint32_t kBf16MagMask = 0x01C001C0u, kF16MagMask = 0x0E000E00u;
+constexpr uint32_t kBf16TopMantissa = 0x00400040u, kF16TopMantissa = 0x02000200u;
 constexpr uint32_t rotl32(uint32_t x, int r) { return (x << r) | (x >> (32 - r)); }
-// Fragment register p (0..3) of step word w in T's bits: e2m1 · 2^kNibbleExp in both halves. p is a
+// Fragment register p (0..3) of step word w before masking: a word with the register's magnitude bits in place
+// (reg_mag_word) and one with its sign bits in place (reg_sign_word; the same word except bf16 p = 3). p is a
 // compile-time constant in the kernels (unrolled loops), so the switch folds away.
-constexpr uint32_t reg_bits(bool bf16, int p, uint32_t w) {
+constexpr uint32_t reg_mag_word(bool bf16, int p, uint32_t w) {
   if (bf16) {
     switch (p) {
-      case 0: return w & kBf16RegMask;
-      case 1: return (w << 3) & kBf16RegMask;
-      case 2: return ((w & 0x40074007u) * 66u) & kBf16RegMask;  // (x << 1) + (x << 6)
-      default: return (rotl32(w, 2) & 0x80008000u) | (rotl32(w, 13) & 0x01C001C0u);
+      case 0: return w;
+      case 1: return w << 3;
+      case 2: return (w & 0x40074007u) * 66u;  // (x << 1) + (x << 6)
+      default: return rotl32(w, 13);
     }
   }
   switch (p) {
-    case 0: return w & kF16RegMask;
-    case 1: return (w << 3) & kF16RegMask;
-    case 2: return ((w & 0x20382038u) * 68u) & kF16RegMask;   // (x << 2) + (x << 6)
-    default: return ((w & 0x40074007u) * 514u) & kF16RegMask;  // (x << 1) + (x << 9)
+    case 0: return w;
+    case 1: return w << 3;
+    case 2: return (w & 0x20382038u) * 68u;   // (x << 2) + (x << 6)
+    default: return (w & 0x40074007u) * 514u;  // (x << 1) + (x << 9)
   }
+}
+constexpr uint32_t reg_sign_word(bool bf16, int p, uint32_t w) {
+  return bf16 && p == 3 ? rotl32(w, 2) : reg_mag_word(bf16, p, w);
+}
+// Fragment register p (0..3) of step word w in T's bits: e2m1 · 2^kNibbleExp in both halves.
+constexpr uint32_t reg_bits(bool bf16, int p, uint32_t w) {
+  if (bf16) {
+    switch (p) {
+      case 0:
+      case 1:
+      case 2: return reg_mag_word(true, p, w) & (kSignMask | kBf16MagMask);
+      default: return (rotl32(w, 2) & kSignMask) | (rotl32(w, 13) & kBf16MagMask);  // reg_sign_word, reg_mag_word
+    }
+  }
+  return reg_mag_word(false, p, w) & (kSignMask | kF16MagMask);
 }
 
 constexpr int kBf16NibbleExp = -126, kF16NibbleExp = -14;
@@ -79,6 +98,14 @@ constexpr int kBf16ScaleShift = 118, kF16ScaleShift = 7;
 constexpr int kBf16ProductShift = kBf16ScaleShift + kBf16NibbleExp == -8 ? 8 : -1;
 constexpr int kF16ProductShift = kF16ScaleShift + kF16NibbleExp == -7 ? 7 : -1;
 static_assert(kBf16ProductShift == 8 && kF16ProductShift == 7, "product shift must match the two factors");
+
+// The vLLM flavour's power-of-two form (vllm_weights.h; mma_frag.cuh's deq_reg and scale_regs): the register
+// e2m1 · 2^kNibbleExp times 2^-kNibbleExp (the e2m1 value itself, code 0.5 a normal number), the block values
+// T(f32(S·D_w))·2^σ with σ chosen per layer so that the largest lies in [2^kVllmTopExp, 2^(kVllmTopExp+1)).
+constexpr int kVllmTopExp = 9;
+// An e4m3 byte's exponent and mantissa bits placed in an f32's (bits 20-26, its sign at bit 31) read as
+// S · 2^kE4m3FieldExp, exact (e4m3 subnormals become f32 subnormals).
+constexpr int kE4m3FieldExp = -120;
 
 // 2^kProductShift of the activation type: the f32 factor that undoes the shift after accumulation.
 constexpr float product_unshift(DType t) {

@@ -7,7 +7,9 @@
 //     and multiplied by a T register holding S·2^(b-c); the product e2m1·S·2^-c is exact in T (<= 6
 //     significant bits, no overflow, subnormals exact), and 2^c (c = 8 bf16, 7 f16) is folded into the f32
 //     output factor, which is exact because it is a power of two.
-//   Mode::Vllm (w4a4-vllm): T( e2m1 · f32(scale) ) computed in f32 and rounded to T, per element.
+//   Mode::Vllm (w4a4-vllm): T( e2m1 · f32(scale) ) computed in f32 and rounded to T, per element;
+//   Mode::VllmPow2 (w4a4-vllm where vllm_weights.h's plan fits): the same values times 2^τ, exactly, from two T
+//     values per block and five T operations per register.
 #include <algorithm>
 #include <string>
 #include <type_traits>
@@ -19,12 +21,12 @@
 namespace nvfp4::cuda::detail {
 namespace {
 
-// MMA steps [kS0, kS0 + 2) of one K chunk: weight tiles wv (scale registers ws2 / wsf from scale_regs) times
+// MMA steps [kS0, kS0 + 2) of one K chunk: weight tiles wv (scale registers ws2 / wsx from scale_regs) times
 // the activation fragments xh of kNT token tiles (xh[j]: the lane's 8 activations of those two steps, words
 // 2s' and 2s'+1 for step kS0 + s').
-template <typename T, bool kVllm, int kNT, int kNW, int kS0>
+template <typename T, int kMode, int kNT, int kNW, int kS0>
 __device__ __forceinline__ void chunk_half(const uint4 (&wv)[kNW], const uint32_t (&ws2)[kNW][2],
-                                           const float (&wsf)[kNW][2], const uint4 (&xh)[kNT],
+                                           const uint32_t (&wsx)[kNW][2], const uint4 (&xh)[kNT],
                                            float (&acc)[kNW][kNT][4]) {
 #pragma unroll
   for (int s = kS0; s < kS0 + 2; ++s) {
@@ -38,7 +40,7 @@ __device__ __forceinline__ void chunk_half(const uint4 (&wv)[kNW], const uint32_
     for (int i = 0; i < kNW; ++i) {
       const uint32_t q = s == 0 ? wv[i].x : s == 1 ? wv[i].y : s == 2 ? wv[i].z : wv[i].w;
       uint32_t a[4];
-      dequant_step<T, kVllm>(q, ws2[i], wsf[i], a);
+      dequant_step<T, kMode>(q, ws2[i], wsx[i], a);
 #pragma unroll
       for (int j = 0; j < kNT; ++j) mma16816<T>(acc[i][j], a, b[j][0], b[j][1]);
     }
@@ -91,7 +93,6 @@ struct Pipeline {
 template <typename T, int kMode, int kNT, int kNW, bool kLight>
 __device__ __forceinline__ void accumulate(const GemmParams& p, int tile0, int64_t m0, int c0, int c1,
                                            float (&acc)[kNW][kNT][4]) {
-  constexpr bool kVllm = kMode == static_cast<int>(Mode::Vllm);
   using P = Pipeline<kNT, kNW, kLight>;
   constexpr int kS = P::kS, kU = P::kU;
   // chunks per trip of the main loop: whole turns of the ring, an even number with two activation buffers
@@ -154,9 +155,8 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, int tile0, int64
   auto chunk = [&](const uint4 (&wv)[kNW], const uint32_t (&sv)[kNW], const uint4 (&x)[kNT][2], int b, int c,
                    bool next) {
     next = next && !P::kActInStage;
-    uint32_t ws2[kNW][2];
-    float wsf[kNW][2];
-    scale_regs<T, kVllm, kNW>(sv, p.w_dec, ws2, wsf);
+    uint32_t ws2[kNW][2], wsx[kNW][2];
+    scale_regs<T, kMode, kNW>(sv, p.w_dec, ws2, wsx);
     uint4 xh[kNT];
     if constexpr (P::kActChunkAhead) {
       if (next) {
@@ -167,11 +167,11 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, int tile0, int64
 #pragma unroll
     for (int j = 0; j < kNT; ++j) xh[j] = x[j][0];
     if (!P::kActChunkAhead && next) load_act_half(xv[b], 0, c + 1);
-    chunk_half<T, kVllm, kNT, kNW, 0>(wv, ws2, wsf, xh, acc);
+    chunk_half<T, kMode, kNT, kNW, 0>(wv, ws2, wsx, xh, acc);
 #pragma unroll
     for (int j = 0; j < kNT; ++j) xh[j] = x[j][1];
     if (!P::kActChunkAhead && next) load_act_half(xv[b], 1, c + 1);
-    chunk_half<T, kVllm, kNT, kNW, 2>(wv, ws2, wsf, xh, acc);
+    chunk_half<T, kMode, kNT, kNW, 2>(wv, ws2, wsx, xh, acc);
   };
 
   Stage st[kS];
@@ -336,16 +336,19 @@ template <typename T>
 void launch_t(const GemmParams& p, Mode mode, int nt, int nw, bool light, cudaStream_t stream) {
   if (mode == Mode::Exact)
     launch_mode<T, 0>(p, nt, nw, light, stream);
-  else
+  else if (mode == Mode::Vllm)
     launch_mode<T, 1>(p, nt, nw, light, stream);
+  else
+    launch_mode<T, 2>(p, nt, nw, light, stream);
 }
 
 // Fragment blocks (one tile's 16 rows x one chunk's 64 K) dequantized as the decode kernel's MMA operands
-// (dequant_step: exact modes e2m1·S·2^-c, the caller's GEMM factor carrying 2^c; vLLM T(e2m1·f32(S·D_w))),
+// (dequant_step: exact modes e2m1·S·2^-c, the caller's GEMM factor carrying 2^c; vLLM T(e2m1·f32(S·D_w)),
+// times 2^τ in the power-of-two form),
 // kDeqBlocks per warp: the lane's rows g and g+8 (K 16t .. 16t+15) go through shared memory, and the warp
 // writes each block's 16 rows as whole 128-byte segments (4 rows per store).
 constexpr int kDeqBlocks = 2;
-template <typename T, bool kVllm>
+template <typename T, int kMode>
 __global__ void __launch_bounds__(256) dequant_weight_kernel(const GemmParams p, int n0, int rows,
                                                              T* __restrict__ out) {
   __shared__ uint4 stage[8][16][9];  // [warp][row][16-byte piece]; 144-byte rows: no bank conflicts either way
@@ -364,15 +367,14 @@ __global__ void __launch_bounds__(256) dequant_weight_kernel(const GemmParams p,
 #pragma unroll
   for (int u = 0; u < kDeqBlocks; ++u) {
     if (b0 + u >= blocks) break;
-    uint32_t ws2[1][2];
-    float wsf[1][2];
-    scale_regs<T, kVllm, 1>(sv[u], p.w_dec, ws2, wsf);
+    uint32_t ws2[1][2], wsx[1][2];
+    scale_regs<T, kMode, 1>(sv[u], p.w_dec, ws2, wsx);
     uint32_t r[2][8];  // rows g, g+8: K 16t .. 16t+15 in pairs
     const uint32_t q[4] = {wv[u].x, wv[u].y, wv[u].z, wv[u].w};
 #pragma unroll
     for (int st = 0; st < 4; ++st) {
       uint32_t a[4];
-      dequant_step<T, kVllm>(q[st], ws2[0], wsf[0], a);  // a[p]: p = 0/2 row g, 1/3 row g+8; K 4s+0/1, 4s+2/3
+      dequant_step<T, kMode>(q[st], ws2[0], wsx[0], a);  // a[p]: p = 0/2 row g, 1/3 row g+8; K 4s+0/1, 4s+2/3
       r[0][2 * st] = a[0];
       r[0][2 * st + 1] = a[2];
       r[1][2 * st] = a[1];
@@ -416,25 +418,30 @@ void launch_fused_gemm(const GemmParams& p, DType act, Mode mode, int nt, int nw
   NVFP4_CUDA_CHECK(cudaGetLastError());
 }
 
-void launch_dequant_weight(const GemmParams& p, DType act, bool vllm, int n0, int rows, void* out,
+namespace {
+template <typename T>
+void launch_dequant_typed(const GemmParams& p, Mode mode, int n0, int rows, void* out, unsigned blocks,
+                          cudaStream_t stream) {
+  T* o = static_cast<T*>(out);
+  if (mode == Mode::Exact)
+    dequant_weight_kernel<T, 0><<<blocks, 256, 0, stream>>>(p, n0, rows, o);
+  else if (mode == Mode::Vllm)
+    dequant_weight_kernel<T, 1><<<blocks, 256, 0, stream>>>(p, n0, rows, o);
+  else
+    dequant_weight_kernel<T, 2><<<blocks, 256, 0, stream>>>(p, n0, rows, o);
+}
+}  // namespace
+
+void launch_dequant_weight(const GemmParams& p, DType act, Mode mode, int n0, int rows, void* out,
                            cudaStream_t stream) {
   const int64_t frags = static_cast<int64_t>(rows / 16) * p.kc;
   NVFP4_CHECK(frags < (1ll << 31) - 16 * kDeqBlocks, "dequantize weight: a tile of " + std::to_string(rows) +
                                                          " rows x K " + std::to_string(p.k) + " is too large");
   const unsigned blocks = static_cast<unsigned>(ceil_div(ceil_div(frags, kDeqBlocks), 8));
-  if (act == DType::BF16) {
-    auto* o = static_cast<__nv_bfloat16*>(out);
-    if (vllm)
-      dequant_weight_kernel<__nv_bfloat16, true><<<blocks, 256, 0, stream>>>(p, n0, rows, o);
-    else
-      dequant_weight_kernel<__nv_bfloat16, false><<<blocks, 256, 0, stream>>>(p, n0, rows, o);
-  } else {
-    auto* o = static_cast<__half*>(out);
-    if (vllm)
-      dequant_weight_kernel<__half, true><<<blocks, 256, 0, stream>>>(p, n0, rows, o);
-    else
-      dequant_weight_kernel<__half, false><<<blocks, 256, 0, stream>>>(p, n0, rows, o);
-  }
+  if (act == DType::BF16)
+    launch_dequant_typed<__nv_bfloat16>(p, mode, n0, rows, out, blocks, stream);
+  else
+    launch_dequant_typed<__half>(p, mode, n0, rows, out, blocks, stream);
   NVFP4_CUDA_CHECK(cudaGetLastError());
 }
 

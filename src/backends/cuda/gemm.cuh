@@ -10,8 +10,9 @@ namespace nvfp4::cuda::detail {
 
 // How the fused kernel dequantizes the weights (activations are T in both).
 enum class Mode : int {
-  Exact = 0,  // e2m1·S, exact in T (w4a16, w4a4)
-  Vllm = 1,   // T(e2m1 · f32(S·D_w)) (w4a4-vllm)
+  Exact = 0,     // e2m1·S, exact in T (w4a16, w4a4)
+  Vllm = 1,      // T(e2m1 · f32(S·D_w)) (w4a4-vllm), rounded per weight in f32
+  VllmPow2 = 2,  // the same values times 2^τ, from two T values per block (vllm_weights.h; where its plan fits)
 };
 
 struct GemmParams {
@@ -24,7 +25,7 @@ struct GemmParams {
   int n = 0, k = 0;                 // logical N, K (K % 16 == 0)
   int n16 = 0, kc = 0;              // tiles of 16 rows, chunks of 64 K
   float out_scale = 1.0f;           // f32 factor applied to the accumulator before rounding to T
-  float w_dec = 1.0f;               // vLLM flavour: D_w
+  float w_dec = 1.0f;               // vLLM flavour: D_w (Mode::VllmPow2: D_w·2^σ)
   int wk = 8;                       // warps of a block splitting K (1, 2, 4, 8); 8 / wk weight tiles per block
   bool programmatic = false;        // programmatic launch after the previous kernel in the stream (sm_90+)
   int dyn_smem = 0;                 // decode kernel: dynamic shared memory per block (unused; > 0 caps the
@@ -69,8 +70,8 @@ void launch_wgmma_gemm(const GemmParams& p, DType act, Mode mode, int tile_token
 // Large-M helpers. Dequantize rows [n0, n0+rows) of the prepared weight to T, (rows, K) row-major (rows
 // past N not written):
 //   exact modes: e2m1·S·2^-c (c of dequant_bits.h's product_unshift: the decode kernel's exact operands);
-//   vLLM: T(e2m1 · f32(S·w_dec)).
-void launch_dequant_weight(const GemmParams& p, DType act, bool vllm, int n0, int rows, void* out,
+//   vLLM: T(e2m1 · f32(S·w_dec)) (Mode::VllmPow2: times 2^τ).
+void launch_dequant_weight(const GemmParams& p, DType act, Mode mode, int n0, int rows, void* out,
                            cudaStream_t stream);
 // y (m, N) T: y = T(y + bias) in place.
 void launch_add_bias(void* y, const float* bias, int64_t m, int n, DType act, cudaStream_t stream);

@@ -60,7 +60,6 @@ static_assert(kRB == 4, "row blocks per block: 2 or 4 consumer warpgroups");
 template <typename T, int kMode, int kT, int kCW>
 __global__ void __launch_bounds__(threads(kCW), 1) wgmma_gemm_kernel(const GemmParams p) {
 #ifdef NVFP4_WGMMA
-  constexpr bool kVllm = kMode == static_cast<int>(Mode::Vllm);
   constexpr int kThreads = threads(kCW), kB = kRB / kCW;
   constexpr int kStage = stage_bytes(kT), kXBytes = kT * 128, kAcc = kT / 2;
   extern __shared__ uint8_t smem_raw[];
@@ -169,15 +168,14 @@ __global__ void __launch_bounds__(threads(kCW), 1) wgmma_gemm_kernel(const GemmP
       wv[b] = reinterpret_cast<const uint4*>(st + (kB * wg + b) * kCodeBytes)[w4 * 32 + lane];
       sv[b] = reinterpret_cast<const uint16_t*>(st + kRB * kCodeBytes + (kB * wg + b) * kScaleBytes)[w4 * 32 + lane];
     }
-    uint32_t ws2[kB][2];
-    float wsf[kB][2];
-    scale_regs<T, kVllm, kB>(sv, p.w_dec, ws2, wsf);
+    uint32_t ws2[kB][2], wsx[kB][2];
+    scale_regs<T, kMode, kB>(sv, p.w_dec, ws2, wsx);
 #pragma unroll
     for (int b = 0; b < kB; ++b) {
-      dequant_step<T, kVllm>(wv[b].x, ws2[b], wsf[b], a[b][0]);
-      dequant_step<T, kVllm>(wv[b].y, ws2[b], wsf[b], a[b][1]);
-      dequant_step<T, kVllm>(wv[b].z, ws2[b], wsf[b], a[b][2]);
-      dequant_step<T, kVllm>(wv[b].w, ws2[b], wsf[b], a[b][3]);
+      dequant_step<T, kMode>(wv[b].x, ws2[b], wsx[b], a[b][0]);
+      dequant_step<T, kMode>(wv[b].y, ws2[b], wsx[b], a[b][1]);
+      dequant_step<T, kMode>(wv[b].z, ws2[b], wsx[b], a[b][2]);
+      dequant_step<T, kMode>(wv[b].w, ws2[b], wsx[b], a[b][3]);
     }
   };
   auto mma = [&](int i, const uint32_t (&a)[kB][4][4]) {
@@ -397,10 +395,12 @@ void launch_wgmma_gemm(const GemmParams& p, DType act, Mode mode, int tile_token
                   ", expected 64 or 128, and 2 or 4");
   if (act == DType::BF16) {
     if (mode == Mode::Exact) launch_tokens<__nv_bfloat16, 0>(p, tile_tokens, consumers, stream);
-    else launch_tokens<__nv_bfloat16, 1>(p, tile_tokens, consumers, stream);
+    else if (mode == Mode::Vllm) launch_tokens<__nv_bfloat16, 1>(p, tile_tokens, consumers, stream);
+    else launch_tokens<__nv_bfloat16, 2>(p, tile_tokens, consumers, stream);
   } else {
     if (mode == Mode::Exact) launch_tokens<__half, 0>(p, tile_tokens, consumers, stream);
-    else launch_tokens<__half, 1>(p, tile_tokens, consumers, stream);
+    else if (mode == Mode::Vllm) launch_tokens<__half, 1>(p, tile_tokens, consumers, stream);
+    else launch_tokens<__half, 2>(p, tile_tokens, consumers, stream);
   }
   NVFP4_CUDA_CHECK(cudaGetLastError());
   if (p.splits > 1) launch_splitk_reduce(p, act, stream);

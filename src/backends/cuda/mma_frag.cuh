@@ -46,6 +46,12 @@ __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
   return r;
 }
 
+// The 16-bit pair s2 (both halves) as a register holding its low half twice and one holding its high half twice.
+__device__ __forceinline__ void split_pair(uint32_t s2, uint32_t& lo, uint32_t& hi) {
+  lo = prmt(s2, 0u, 0x1010u);
+  hi = prmt(s2, 0u, 0x3232u);
+}
+
 // The two exact-mode scale registers of a weight chunk (the lane's 16-bit scale pair: row g in the low byte,
 // row g+8 in the high byte), each S · 2^kScaleShift in both halves, with integer ops and exact T products
 // instead of two f32 conversions: the e4m3 sign goes to bit 15 and its exponent/mantissa bits into T's
@@ -68,48 +74,74 @@ __device__ __forceinline__ void exact_scale_pair(uint32_t sv, uint32_t& s_lo, ui
   }
   static_assert(Act<__nv_bfloat16>::kScaleShift == 118 && Act<__half>::kScaleShift == 7,
                 "exact_scale_pair's power-of-two factors assume these scale shifts");
-  const uint32_t u = as_u32(v);
-  s_lo = prmt(u, 0u, 0x1010u);
-  s_hi = prmt(u, 0u, 0x3232u);
+  split_pair(as_u32(v), s_lo, s_hi);
 }
 
-// Fragment register p of step word q (dequant_bits.h's reg_bits), times its row's scale.
-template <typename T, bool kVllm>
-__device__ __forceinline__ uint32_t deq_reg(uint32_t q, int p, uint32_t scale2, float scale_f) {
+// Fragment register p of step word q (dequant_bits.h), dequantized with its row's scale registers s2, sx
+// (scale_regs): exact e2m1·S·2^-c; vLLM per weight T(e2m1 · f32(S·D_w)) in f32 (sx: the f32's bits); vLLM
+// power-of-two form (vllm_weights.h) fma(v, Y, E·C) with v the code's value and E = v without its top
+// mantissa bit (s2 = Y, sx = C).
+template <typename T, int kMode>
+__device__ __forceinline__ uint32_t deq_reg(uint32_t q, int p, uint32_t s2, uint32_t sx) {
   using A = Act<T>;
   using T2 = typename A::T2;
-  const T2 bits = from_u32<T2>(reg_bits(A::kBf16, p, q));
-  if (!kVllm) return as_u32(__hmul2(bits, from_u32<T2>(scale2)));
-  const T2 v = __hmul2(bits, from_u32<T2>(A::nib_unit_bits()));  // exact e2m1 values
-  return as_u32(A::pack(__fmul_rn(A::to_f32(v, 0), scale_f), __fmul_rn(A::to_f32(v, 1), scale_f)));
+  const T2 r = from_u32<T2>(reg_bits(A::kBf16, p, q));
+  if constexpr (kMode == static_cast<int>(Mode::Exact)) {
+    return as_u32(__hmul2(r, from_u32<T2>(s2)));
+  } else {
+    const T2 v = __hmul2(r, from_u32<T2>(A::nib_unit_bits()));  // e2m1, exact
+    if constexpr (kMode == static_cast<int>(Mode::Vllm)) {
+      const float f = __uint_as_float(sx);
+      return as_u32(A::pack(__fmul_rn(A::to_f32(v, 0), f), __fmul_rn(A::to_f32(v, 1), f)));
+    } else {
+      const T2 e = from_u32<T2>(as_u32(v) & ~(A::kBf16 ? kBf16TopMantissa : kF16TopMantissa));
+      return as_u32(__hfma2(v, from_u32<T2>(s2), __hmul2(e, from_u32<T2>(sx))));
+    }
+  }
 }
 
-// The scale registers of kNW weight tiles of one chunk (sv: the lane's 16-bit scale pairs): exact mode, the
-// T registers S·2^kScaleShift of rows g and g+8 (ws2); vLLM flavour, the f32 values f32(S·D_w) (wsf).
-template <typename T, bool kVllm, int kNW>
+// The scale registers of kNW weight tiles of one chunk (sv: the lane's 16-bit scale pairs, row g low, g+8 high),
+// per row (index 0: g, 1: g+8): exact mode, S·2^kScaleShift in both halves of ws2; vLLM per weight, the bits
+// of f32(S·w_dec) in wsx (w_dec = D_w); power-of-two form, with a = T(f32(S·D_w·2^σ)) and
+// b2 = T(f32(3·f32(S·D_w·2^σ))), Y = b2 - 2a in ws2 and C = 3a - b2 in wsx, both halves (w_dec = D_w·2^(σ+120):
+// the scale enters as e4m3_field_f32, S·2^-120).
+template <typename T, int kMode, int kNW>
 __device__ __forceinline__ void scale_regs(const uint32_t (&sv)[kNW], float w_dec, uint32_t (&ws2)[kNW][2],
-                                           float (&wsf)[kNW][2]) {
+                                           uint32_t (&wsx)[kNW][2]) {
+  using A = Act<T>;
+  using T2 = typename A::T2;
 #pragma unroll
   for (int i = 0; i < kNW; ++i) {
-    if constexpr (!kVllm) {
+    if constexpr (kMode == static_cast<int>(Mode::Exact)) {
       exact_scale_pair<T>(sv[i], ws2[i][0], ws2[i][1]);
-      wsf[i][0] = wsf[i][1] = 0.f;
-    } else {
+      wsx[i][0] = wsx[i][1] = 0;
+    } else if constexpr (kMode == static_cast<int>(Mode::Vllm)) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         ws2[i][h] = 0;
-        wsf[i][h] = __fmul_rn(e4m3_to_f32((sv[i] >> (8 * h)) & 0xFF), w_dec);
+        wsx[i][h] = __float_as_uint(__fmul_rn(e4m3_to_f32((sv[i] >> (8 * h)) & 0xFF), w_dec));
       }
+    } else {
+      const float f0 = __fmul_rn(e4m3_field_f32(sv[i]), w_dec);
+      const float f1 = __fmul_rn(e4m3_field_f32(sv[i] >> 8), w_dec);
+      const T2 a = A::pack(f0, f1);
+      const T2 b2 = A::pack(__fmul_rn(f0, 3.0f), __fmul_rn(f1, 3.0f));
+      const T2 two = from_u32<T2>(0x40004000u);                              // 2 in bf16 and f16
+      const T2 three = from_u32<T2>(A::kBf16 ? 0x40404040u : 0x42004200u);  // 3
+      const T2 y = __hfma2(__hneg2(a), two, b2);    // b2 - 2a, exact
+      const T2 c = __hfma2(a, three, __hneg2(b2));  // 3a - b2, exact
+      split_pair(as_u32(y), ws2[i][0], ws2[i][1]);
+      split_pair(as_u32(c), wsx[i][0], wsx[i][1]);
     }
   }
 }
 
 // The four A-fragment registers of MMA step s from that step's code word q of one tile.
-template <typename T, bool kVllm>
-__device__ __forceinline__ void dequant_step(uint32_t q, const uint32_t (&ws2)[2], const float (&wsf)[2],
+template <typename T, int kMode>
+__device__ __forceinline__ void dequant_step(uint32_t q, const uint32_t (&ws2)[2], const uint32_t (&wsx)[2],
                                              uint32_t (&a)[4]) {
 #pragma unroll
-  for (int pp = 0; pp < 4; ++pp) a[pp] = deq_reg<T, kVllm>(q, pp, ws2[pp & 1], wsf[pp & 1]);
+  for (int pp = 0; pp < 4; ++pp) a[pp] = deq_reg<T, kMode>(q, pp, ws2[pp & 1], wsx[pp & 1]);
 }
 
 // Epilogue of one tile group: y = T(T(acc · out_scale) + bias) for the rows and tokens inside the output.

@@ -425,6 +425,60 @@ TEST(CudaLinear, TinyScalesAndGlobalScaleOne) {
     }
 }
 
+// The vLLM flavour's weights bit for bit on every path. One-hot activation rows (row r: 1 at column j_r) make
+// y[r, n] = T(x_dq · w_dq[n, j_r]), one product, exact in f32: any kernel must give the reference exactly, so
+// every weight value shows. The layer holds every finite block scale (both signs) and every code in every
+// block. Global scales as calibration makes them and global scale 1; the fp16 layer with the calibrated scale
+// has w_dq in fp16's subnormals (the per-weight f32 rounding), the others take the power-of-two form
+// (vllm_weights.h): both forms must be exercised.
+TEST(CudaLinear, VllmWeightsBitExactOnEveryPath) {
+  NVFP4_REQUIRE_GPU();
+  const int64_t n = 512, k = 128;
+  struct Case {
+    DType t;
+    float w_enc;
+    bool pow2;
+  };
+  const Case cases[] = {{DType::BF16, ct_global_enc(0.37f, DType::BF16), true},
+                        {DType::BF16, 1.0f, true},
+                        {DType::F16, 1.0f, true},
+                        {DType::F16, ct_global_enc(0.37f, DType::F16), false}};
+  for (const Case& c : cases) {
+    LinearWeights w = random_layer(n, k, {0x38}, c.w_enc, true, ct_global_enc(1.0f, c.t), false, c.t, 900);
+    std::vector<uint8_t> finite;
+    for (int b = 0; b < 256; ++b)
+      if ((b & 0x7F) != 0x7F) finite.push_back(static_cast<uint8_t>(b));
+    for (size_t i = 0; i < w.weight.scales.size(); ++i) w.weight.scales[i] = finite[i % finite.size()];
+    for (int64_t row = 0; row < n; ++row)
+      for (int64_t col = 0; col < k; col += 2)
+        w.weight.codes[static_cast<size_t>((row * k + col) / 2)] =
+            pack_e2m1x2(static_cast<uint8_t>((row + col) % 16), static_cast<uint8_t>((row + col + 1) % 16));
+    const std::string what = std::string(dtype_name(c.t)) + " global scale " + std::to_string(c.w_enc);
+    EXPECT_EQ(vllm_weights_pow2(*CudaLinear::create(w, Semantics::W4A4_VLLM, c.t, 0)), c.pow2) << what;
+    // (rows, first one-hot column, fused_max_m): decode kernel calls that together cover every column, the
+    // M > 32 kernel, and the dequantize + cuBLAS path.
+    const int64_t runs[][3] = {{1, 5, -1}, {7, 40, -1}, {32, 0, -1}, {32, 32, -1}, {32, 64, -1}, {32, 96, -1},
+                               {128, 0, -1}, {128, 0, 0}};
+    for (const auto& run : runs) {
+      const int64_t m = run[0];
+      std::vector<uint16_t> x(static_cast<size_t>(m * k), to_bits16(c.t, 0.0f));
+      for (int64_t r = 0; r < m; ++r) x[static_cast<size_t>(r * k + (run[1] + r) % k)] = to_bits16(c.t, 1.0f);
+      const std::vector<uint16_t> y = run_gpu(w, Semantics::W4A4_VLLM, c.t, x, m, 0, -1, run[2]);
+      std::vector<double> acc(static_cast<size_t>(m * n));
+      cpu_linear_reference_f64(w, Semantics::W4A4_VLLM, c.t, x.data(), m, acc.data());
+      int64_t bad = 0;
+      for (int64_t i = 0; i < m * n; ++i) {
+        const float want = from_bits16(c.t, linear_output(c.t, static_cast<float>(acc[static_cast<size_t>(i)]), nullptr));
+        const float got = from_bits16(c.t, y[static_cast<size_t>(i)]);
+        if (!(got == want) && bad++ < 3)
+          ADD_FAILURE() << what << " M=" << m << " fused_max_m=" << run[2] << " element (" << i / n << ", "
+                        << i % n << "): got " << got << " want " << want;
+      }
+      EXPECT_EQ(bad, 0) << what << " M=" << m << " fused_max_m=" << run[2];
+    }
+  }
+}
+
 // Thread i calls layers[i] `calls` times on x = xs[i] (its first m rows), on `shared` or, if null, on a
 // stream of its own, each call into a NaN-poisoned y; counts the calls whose y differs from want[i] and the
 // CUDA or executor errors.
