@@ -96,5 +96,4 @@ float f16_to_f32(uint16_t h) {
   return float_of(sign | (static_cast<uint32_t>(e - 15 + 127) << 23) | (m << 13));
 }
 
-
 }  // namespace nvfp4

@@ -187,6 +187,10 @@ void dense_matmul(const float* x, int64_t m, const DenseWeight& w, float* acc) {
 
 namespace {
 
+// The several-query row products keep kQ·kC vectors of queries (or outputs) in registers: kQ <= kRowQueries
+// queries of kC <= kRowChunks 16-value chunks, kQ·kC <= kRowVectors.
+constexpr int kRowVectors = 16, kRowQueries = kRowsMaxQueries, kRowChunks = 8;
+
 // The attention's row products (cpu_ops.h), over rows of R's element type.
 template <class R>
 __attribute__((always_inline)) inline void dot_rows_t(const float* q, const typename R::E* rows, int64_t ld,
@@ -291,12 +295,12 @@ __attribute__((always_inline)) inline void axpy_rows_t(const float* a, const typ
     for (int64_t t = 0; t < count; ++t) y[j] += a[t] * R::one(rows[t * ld + j]);
 }
 
-// Dispatch on (queries, 16-value chunks) with kQ·kC <= 16 (the register budget); false where it does not apply.
+// Dispatch on (queries, 16-value chunks) within the register budget; false where it does not apply.
 // Function templates, not lambdas: a lambda would be compiled apart from the caller's instruction-set clone.
 template <class R, bool kDot, int kQ, int kC>
 __attribute__((always_inline)) inline bool rows_run(const float* const* x, const typename R::E* rows, int64_t ld,
                                                     int64_t count, int64_t n, float* const* out) {
-  if constexpr (kQ * kC <= 16) {
+  if constexpr (kQ * kC <= kRowVectors) {
     if constexpr (kDot) dot_rows_q<R, kQ, kC>(x, rows, ld, count, n, out);
     else axpy_rows_q<R, kQ, kC>(x, rows, ld, count, out, n);
     return true;
@@ -316,7 +320,7 @@ __attribute__((always_inline)) inline bool rows_chunks(const float* const* x, co
     case 6: return rows_run<R, kDot, kQ, 6>(x, rows, ld, count, n, out);
     case 7: return rows_run<R, kDot, kQ, 7>(x, rows, ld, count, n, out);
     case 8: return rows_run<R, kDot, kQ, 8>(x, rows, ld, count, n, out);
-    default: return false;
+    default: static_assert(kRowChunks == 8, "rows_chunks' cases"); return false;
   }
 }
 
@@ -327,7 +331,7 @@ __attribute__((always_inline)) inline bool rows_q(int nq, const float* const* x,
     case 2: return rows_chunks<R, kDot, 2>(x, rows, ld, count, n, out);
     case 3: return rows_chunks<R, kDot, 3>(x, rows, ld, count, n, out);
     case 4: return rows_chunks<R, kDot, 4>(x, rows, ld, count, n, out);
-    default: return false;
+    default: static_assert(kRowQueries == 4, "rows_q's cases"); return false;
   }
 }
 
@@ -357,7 +361,7 @@ NVFP4_ROW_FUNCTIONS(f16_rows, F16Values)
 
 // The multi-query forms' arguments: 1 to 4 queries whose row counts do not decrease.
 void check_multi(int nq, const int64_t* count, const char* what) {
-  NVFP4_CHECK(nq >= 1 && nq <= 4, std::string(what) + ": 1 to 4 queries");
+  NVFP4_CHECK(nq >= 1 && nq <= kRowQueries, std::string(what) + ": 1 to " + std::to_string(kRowQueries) + " queries");
   for (int a = 1; a < nq; ++a) NVFP4_CHECK(count[a] >= count[a - 1], std::string(what) + ": counts must not decrease");
 }
 
@@ -404,8 +408,8 @@ void axpy_rows_f32(const float* a, const float* rows, int64_t ld, int64_t count,
 
 int attention_tokens_per_pass(int64_t n) {
   const int64_t chunks = n / 16;
-  if (chunks < 1 || chunks > 8) return 1;
-  return static_cast<int>(std::min<int64_t>(4, 16 / chunks));
+  if (chunks < 1 || chunks > kRowChunks) return 1;
+  return static_cast<int>(std::min<int64_t>(kRowQueries, kRowVectors / chunks));
 }
 
 void dot_rows_multi(const float* const* q, int nq, const float* rows, int64_t ld, const int64_t* count, int64_t n,

@@ -30,11 +30,12 @@ void dense_matmul(const float* x, int64_t m, const DenseWeight& w, float* acc);
 void dot_rows_f32(const float* q, const float* rows, int64_t ld, int64_t count, int64_t n, float* out);
 // y[i] += a[t] · rows[t·ld + i] for t = 0, 1, ..., count - 1 in that order (per element: multiply, then add).
 void axpy_rows_f32(const float* a, const float* rows, int64_t ld, int64_t count, float* y, int64_t n);
-// The same two for nq <= 4 queries (weight vectors) at once, a prompt's consecutive tokens of one head: query a
+// The same two for nq <= kRowsMaxQueries queries (weight vectors) at once, a prompt's consecutive tokens of one head: query a
 // takes rows 0 .. count[a] - 1 (count non-decreasing), each result bit for bit what the one-query function
 // gives, the rows the queries share loaded once for all of them (where nq · ceil(n / 16) fits the registers:
 // attention_tokens_per_pass(n) queries per call). Rows of f32, or of T bit patterns (t BF16 or F16: a 16-bit
 // model's KV cache), widened exactly on load, so the same values give the same bits either way.
+constexpr int kRowsMaxQueries = 4;
 void dot_rows_multi(const float* const* q, int nq, const float* rows, int64_t ld, const int64_t* count, int64_t n,
                     float* const* out);
 void axpy_rows_multi(const float* const* w, int nq, const float* rows, int64_t ld, const int64_t* count,

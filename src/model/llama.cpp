@@ -927,7 +927,7 @@ void LlamaModel::forward(const int32_t* tokens, int64_t n, float* logits, bool a
     const int64_t per_kv = (group + tq - 1) / tq;  // tasks per kv head (by_heads)
     const int64_t tasks = by_heads ? nkv * per_kv : (n + tq - 1) / tq * nh;
     parallel_for(static_cast<size_t>(tasks), 1, [&](size_t b, size_t e) {
-      std::vector<float> s[4];
+      std::vector<float> s[kRowsMaxQueries];
       for (size_t w = b; w < e; ++w) {
         const int64_t wi = static_cast<int64_t>(w);
         // queries a < nq: token i0 + a of head h0, or token 0 of head h0 + a (by_heads)
@@ -935,10 +935,10 @@ void LlamaModel::forward(const int32_t* tokens, int64_t n, float* logits, bool a
         const int64_t h0 = by_heads ? wi / per_kv * group + wi % per_kv * tq : wi % nh, kvh = h0 / group;
         const int nq = static_cast<int>(by_heads ? std::min<int64_t>(tq, (kvh + 1) * group - h0)
                                                  : std::min<int64_t>(tq, n - i0));
-        const float* qs[4];
-        float* ws[4];
-        float* os[4];
-        int64_t count[4];
+        const float* qs[kRowsMaxQueries];
+        float* ws[kRowsMaxQueries];
+        float* os[kRowsMaxQueries];
+        int64_t count[kRowsMaxQueries];
         for (int a = 0; a < nq; ++a) {
           const int64_t i = by_heads ? 0 : i0 + a, h = by_heads ? h0 + a : h0;
           count[a] = pos_ + i + 1;

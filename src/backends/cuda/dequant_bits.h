@@ -53,44 +53,27 @@ constexpr uint32_t place_code(bool bf16, int p, int j, uint32_t code) {
   return (code & 1u) << b.m | ((code >> 1) & 1u) << b.e0 | ((code >> 2) & 1u) << b.e1 | ((code >> 3) & 1u) << b.sign;
 }
 
-// Bits of both halves of a register: the sign; e1 e0 m (the magnitude); T's top mantissa bit (where m sits).
-constexpr uint32_t kSignMask = 0x80008000u;
-constexpr uint32_t kBf16MagMask = 0x01C001C0u, kF16MagMask = 0x0E000E00u;
+constexpr uint32_t kBf16RegMask = 0x81C081C0u, kF16RegMask = 0x8E008E00u;  // sign and e1 e0 m of both halves
+// T's top mantissa bit in both halves (where a code's m bit lands in reg_bits).
 constexpr uint32_t kBf16TopMantissa = 0x00400040u, kF16TopMantissa = 0x02000200u;
 constexpr uint32_t rotl32(uint32_t x, int r) { return (x << r) | (x >> (32 - r)); }
-// Fragment register p (0..3) of step word w before masking: a word with the register's magnitude bits in place
-// (reg_mag_word) and one with its sign bits in place (reg_sign_word; the same word except bf16 p = 3). p is a
+// Fragment register p (0..3) of step word w in T's bits: e2m1 · 2^kNibbleExp in both halves. p is a
 // compile-time constant in the kernels (unrolled loops), so the switch folds away.
-constexpr uint32_t reg_mag_word(bool bf16, int p, uint32_t w) {
-  if (bf16) {
-    switch (p) {
-      case 0: return w;
-      case 1: return w << 3;
-      case 2: return (w & 0x40074007u) * 66u;  // (x << 1) + (x << 6)
-      default: return rotl32(w, 13);
-    }
-  }
-  switch (p) {
-    case 0: return w;
-    case 1: return w << 3;
-    case 2: return (w & 0x20382038u) * 68u;   // (x << 2) + (x << 6)
-    default: return (w & 0x40074007u) * 514u;  // (x << 1) + (x << 9)
-  }
-}
-constexpr uint32_t reg_sign_word(bool bf16, int p, uint32_t w) {
-  return bf16 && p == 3 ? rotl32(w, 2) : reg_mag_word(bf16, p, w);
-}
-// Fragment register p (0..3) of step word w in T's bits: e2m1 · 2^kNibbleExp in both halves.
 constexpr uint32_t reg_bits(bool bf16, int p, uint32_t w) {
   if (bf16) {
     switch (p) {
-      case 0:
-      case 1:
-      case 2: return reg_mag_word(true, p, w) & (kSignMask | kBf16MagMask);
-      default: return (rotl32(w, 2) & kSignMask) | (rotl32(w, 13) & kBf16MagMask);  // reg_sign_word, reg_mag_word
+      case 0: return w & kBf16RegMask;
+      case 1: return (w << 3) & kBf16RegMask;
+      case 2: return ((w & 0x40074007u) * 66u) & kBf16RegMask;  // (x << 1) + (x << 6)
+      default: return (rotl32(w, 2) & 0x80008000u) | (rotl32(w, 13) & 0x01C001C0u);
     }
   }
-  return reg_mag_word(false, p, w) & (kSignMask | kF16MagMask);
+  switch (p) {
+    case 0: return w & kF16RegMask;
+    case 1: return (w << 3) & kF16RegMask;
+    case 2: return ((w & 0x20382038u) * 68u) & kF16RegMask;   // (x << 2) + (x << 6)
+    default: return ((w & 0x40074007u) * 514u) & kF16RegMask;  // (x << 1) + (x << 9)
+  }
 }
 
 constexpr int kBf16NibbleExp = -126, kF16NibbleExp = -14;
