@@ -305,7 +305,7 @@ class CudaLinearImpl final : public CudaLinear {
   void fused(detail::GemmParams& p, detail::Mode mode, bool after_quantizer, cudaStream_t stream) const {
     const int rule = grid_rule_ < 0 ? kDefaultGridRule : grid_rule_;
     if (p.m > 32 && rule >= 3 && wgmma_) return wgmma(p, mode, rule, stream);
-    const DecodeGrid g = decode_grid(p.m, n16_, kc_, sms_, rule, mode == detail::Mode::Vllm, k_ % 64 != 0);
+    const DecodeGrid g = decode_grid(p.m, n16_, kc_, sms_, rule, mode, k_ % 64 != 0);
     p.wk = g.wk;
     // Programmatic launch only for grids of >= 80% of a wave, or behind the quantizer: the blocks scheduled
     // early take the slots that free up first, so a shorter grid behind a full one ends up unevenly spread
@@ -455,7 +455,7 @@ int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k, bool wgmma) {
   return n < 6144 ? 32 : 64;
 }
 
-DecodeGrid decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, int rule, bool vllm, bool partial_chunk) {
+DecodeGrid decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, int rule, detail::Mode mode, bool partial_chunk) {
   DecodeGrid g;
   g.nt = m <= 8 ? 1 : m <= 16 ? 2 : 4;
   const int nt = g.nt;
@@ -485,11 +485,12 @@ DecodeGrid decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, int rule, bo
   // 320 blocks on 264 slots 20.4 µs, 640 on 396 slots 18.9; at M = 16 25.5 -> 24.2, the vLLM flavour 39.9 ->
   // 33.7; docs/PERF.md, changes 30 and 33). Rule 7 on, M <= 8, exact-weight modes: the light two-tile kernel
   // instead, which holds such a grid (<= 1.5 x 2 blocks per SM) in one wave (10240x8192: 19.1 -> 17.5 µs;
-  // 12672x8192, exactly 1.5 waves: 23.5 -> 17.1, change 48; the vLLM flavour, whose per-weight f32 rounding
-  // makes it slower there, 30.5 -> 33.5, keeps 1 tile).
+  // 12672x8192, exactly 1.5 waves: 23.5 -> 17.1, change 48; the vLLM flavour's per-weight f32 rounding made it
+  // slower there, 30.5 -> 33.5, so that form keeps 1 tile; its power-of-two form takes the light kernel, 25.1 ->
+  // 24.9, change 56).
   const bool short_second_wave =
       nw == 2 && blocks_at_max_wk(2) > slots(2) && 2 * blocks_at_max_wk(2) <= 3 * slots(2);
-  if (rule >= 7 && nt == 1 && !vllm && short_second_wave) light2 = true;
+  if (rule >= 7 && nt == 1 && mode != detail::Mode::Vllm && short_second_wave) light2 = true;
   if (rule == 8 && nt == 1) {  // measurements and tests: the light two-tile kernel for every grid
     nw = 2;
     light2 = true;
@@ -508,11 +509,12 @@ DecodeGrid decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, int rule, bo
   // (28672x4096: 448 blocks on 264 slots -> 224, M = 1 22.9 -> 21.5 µs, M = 16 28.9 -> 26.8; 57344x8192, 896
   // blocks, was not faster with its one-wave split, 224 blocks of 4x the length; change 36), and 16 tokens with
   // one tile on the light kernel in the exact-weight modes (10240x8192: 640 blocks on 396 slots -> 320, M = 16
-  // 24.3 -> 23.0, M = 9 23.2 -> 22.2; the vLLM flavour 32.2 -> 37.1 keeps its split; change 39; docs/PERF.md).
+  // 24.3 -> 23.0, M = 9 23.2 -> 22.2; the vLLM flavour keeps its split: 32.2 -> 37.1 with per-weight rounding,
+  // change 39, and 30.1 -> 34.0 in the power-of-two form, change 56; docs/PERF.md).
   const int64_t half_split_blocks = mblocks * ceil_div(groups, 16 / wk);
   const int64_t wave = nt == 2 && nw == 1 ? detail::fused_blocks_per_sm(nt, nw, true) * static_cast<int64_t>(sms)
                                           : slots(nw);
-  const bool halve_kind = (nw > 1 && slots(nw) == 2ll * sms) || (nt == 2 && nw == 1 && !vllm);
+  const bool halve_kind = (nw > 1 && slots(nw) == 2ll * sms) || (nt == 2 && nw == 1 && mode == detail::Mode::Exact);
   if (rule >= 7 && nt <= 2 && halve_kind && wk > 1 && mblocks * ceil_div(groups, 8 / wk) > wave &&
       half_split_blocks <= wave && 5 * half_split_blocks >= 4 * wave)
     wk /= 2;

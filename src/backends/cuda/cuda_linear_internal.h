@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "backends/cuda/cuda_linear.h"
+#include "backends/cuda/dequant_bits.h"
 #include "backends/cuda/weight_layout.h"
 
 namespace nvfp4::cuda {
@@ -26,24 +27,24 @@ void set_weight_tile_rows(CudaLinear& l, int rows);
 // 3: as 2, and M > 32 on the Hopper wgmma kernel where the device runs it (rules 0-2, and other devices, run
 // the decode kernel with 32-token tiles there); 4, 5: as 3 with 4 or 2 consumer warpgroups in the wgmma kernel;
 // 6: as 3 with half the weight tiles per warp at M <= 16; 7 (the default): as 3, and grids of 2 tiles per warp
-// that end in a short second wave run the light two-tile kernel at M <= 8 (exact-weight modes) and 1 tile per
-// warp at M = 9-16, and grids of 1-2 waves (of the 2-block kernel with 2 or 4 tiles per warp, or of the light
-// 16-token kernel in the exact-weight modes) split K half as much where that fills one wave; 8: as 7 with the
-// light kernels wherever they exist at M <= 16 (docs/PERF.md).
+// that end in a short second wave run the light two-tile kernel at M <= 8 (all but the vLLM flavour's per-weight
+// rounding) and 1 tile per warp at M = 9-16, and grids of 1-2 waves (of the 2-block kernel with 2 or 4 tiles per
+// warp, or of the light 16-token kernel in the exact-weight modes) split K half as much where that fills one
+// wave; 8: as 7 with the light kernels wherever they exist at M <= 16 (docs/PERF.md).
 void set_fused_grid_rule(CudaLinear& l, int rule);
 // The decode kernel's grid for M <= 32 (or any M under rules 0-2 and off Hopper) under a grid rule >= 0 (host
-// rule, no device needed; vllm: the layer runs the vLLM flavour; partial_chunk: K % 64 != 0): token tiles of
-// 8·nt, nw weight tiles per warp, K split over wk warps of a block; light: the kernel variant that fits 3
-// blocks per SM with shorter register stages (16 tokens and one tile per warp, rule 3 on, where the 2-block
-// one would need more than one wave; 8 tokens and two tiles, rule 7 on); blocks launched and block slots of
-// the GPU (blocks per SM the kernel is compiled for x sms).
+// rule, no device needed; mode: how the layer's weights are dequantized; partial_chunk: K % 64 != 0): token
+// tiles of 8·nt, nw weight tiles per warp, K split over wk warps of a block; light: the kernel variant that
+// fits 3 blocks per SM with shorter register stages (16 tokens and one tile per warp, rule 3 on, where the
+// 2-block one would need more than one wave; 8 tokens and two tiles, rule 7 on); blocks launched and block
+// slots of the GPU (blocks per SM the kernel is compiled for x sms).
 struct DecodeGrid {
   int nt = 1, nw = 1, wk = 1;
   bool light = false;
   int64_t blocks = 0, slots = 0;
 };
-DecodeGrid decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, int rule, bool vllm = false,
-                       bool partial_chunk = true);
+DecodeGrid decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, int rule,
+                       detail::Mode mode = detail::Mode::Exact, bool partial_chunk = true);
 
 // Default crossover (largest M on the fused kernel) for a layer of this shape and semantics, on a device
 // that runs the wgmma kernel (M > 32) or not.

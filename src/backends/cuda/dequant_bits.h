@@ -23,6 +23,15 @@
 
 namespace nvfp4::cuda {
 
+namespace detail {
+// How the GEMM kernels dequantize the weights (activations are T in all three).
+enum class Mode : int {
+  Exact = 0,     // e2m1·S, exact in T (w4a16, w4a4)
+  Vllm = 1,      // T(e2m1 · f32(S·D_w)) (w4a4-vllm), rounded per weight in f32
+  VllmPow2 = 2,  // the same values times 2^τ, from two T values per block (vllm_weights.h; where its plan fits)
+};
+}  // namespace detail
+
 // Bit positions, in a lane's 32-bit step word, of the sign, e1, e0 and m bits of value j of fragment register p.
 struct CodeBits {
   int sign, e1, e0, m;

@@ -4,16 +4,10 @@
 
 #include <cstdint>
 
+#include "backends/cuda/dequant_bits.h"
 #include "common/dtype.h"
 
 namespace nvfp4::cuda::detail {
-
-// How the fused kernel dequantizes the weights (activations are T in both).
-enum class Mode : int {
-  Exact = 0,     // e2m1·S, exact in T (w4a16, w4a4)
-  Vllm = 1,      // T(e2m1 · f32(S·D_w)) (w4a4-vllm), rounded per weight in f32
-  VllmPow2 = 2,  // the same values times 2^τ, from two T values per block (vllm_weights.h; where its plan fits)
-};
 
 struct GemmParams {
   const uint4* wq = nullptr;        // FragmentWeights::codes on device

@@ -97,69 +97,73 @@ TEST(CudaDecodeGrid, TilesPerWarpAndSplitByRule) {
   struct Case {
     int64_t m, n16, kc;
     int rule;
-    bool vllm;
+    detail::Mode mode;
     int nt, nw, wk;
     int64_t blocks, slots;
     bool light;
     const char* what;
     bool partial_chunk = true;  // K % 64 != 0
   };
+  constexpr detail::Mode kExact = detail::Mode::Exact, kVllm = detail::Mode::Vllm, kPow2 = detail::Mode::VllmPow2;
   const Case cases[] = {
       // 10240x8192 (640 tiles, 128 chunks), M = 1: 4 tiles per warp give 160 blocks (< 90% of 264), 2 give 320
       // on 264 slots, a second wave 21% full: 1 tile per warp, 640 blocks on 396 slots (rule 3); rule 2 keeps 2.
-      {1, 640, 128, 3, false, 1, 1, 8, 640, 396, false, "10240x8192 m1"},
-      {1, 640, 128, 2, false, 1, 2, 8, 320, 264, false, "10240x8192 m1 rule 2"},
+      {1, 640, 128, 3, kExact, 1, 1, 8, 640, 396, false, "10240x8192 m1"},
+      {1, 640, 128, 2, kExact, 1, 2, 8, 320, 264, false, "10240x8192 m1 rule 2"},
       // M = 16: two token tiles, 2 tiles per warp (2 blocks per SM), 320 blocks.
-      {16, 640, 128, 3, false, 2, 2, 8, 320, 264, false, "10240x8192 m16"},
+      {16, 640, 128, 3, kExact, 2, 2, 8, 320, 264, false, "10240x8192 m16"},
       // 6144x4096 (384 tiles, 64 chunks), M = 16: 96 and 192 blocks are under 90% of a wave, 1 tile per warp:
       // 384 blocks, more than the 264 slots of the 2-block kernel: the light kernel, 396 slots, one wave (not
       // under rule 2).
-      {16, 384, 64, 3, false, 2, 1, 8, 384, 396, true, "6144x4096 m16"},
-      {16, 384, 64, 2, false, 2, 1, 8, 384, 264, false, "6144x4096 m16 rule 2"},
+      {16, 384, 64, 3, kExact, 2, 1, 8, 384, 396, true, "6144x4096 m16"},
+      {16, 384, 64, 2, kExact, 2, 1, 8, 384, 264, false, "6144x4096 m16 rule 2"},
       // 4096x4096 (256 tiles), M = 16: 256 blocks fit one wave of the 2-block kernel, which it keeps.
-      {16, 256, 64, 3, false, 2, 1, 8, 256, 264, false, "4096x4096 m16"},
+      {16, 256, 64, 3, kExact, 2, 1, 8, 256, 264, false, "4096x4096 m16"},
       // 57344x8192 (3584 tiles): 896 blocks with 4 tiles per warp (3.4 waves).
-      {1, 3584, 128, 3, false, 1, 4, 8, 896, 264, false, "57344x8192 m1"},
+      {1, 3584, 128, 3, kExact, 1, 4, 8, 896, 264, false, "57344x8192 m1"},
       // 8192x28672 (512 tiles, 448 chunks): 2 tiles per warp, 256 blocks, within one wave of 264.
-      {1, 512, 448, 3, false, 1, 2, 8, 256, 264, false, "8192x28672 m1"},
+      {1, 512, 448, 3, kExact, 1, 2, 8, 256, 264, false, "8192x28672 m1"},
       // 28672x4096 (1792 tiles): 448 blocks with 4 tiles per warp (1.7 waves: its second wave is 70% full).
-      {1, 1792, 64, 3, false, 1, 4, 8, 448, 264, false, "28672x4096 m1"},
+      {1, 1792, 64, 3, kExact, 1, 4, 8, 448, 264, false, "28672x4096 m1"},
       // 4096x4096 (256 tiles): 64 and 128 blocks are too few, 1 tile per warp, 256 blocks on 396 slots.
-      {1, 256, 64, 3, false, 1, 1, 8, 256, 396, false, "4096x4096 m1"},
+      {1, 256, 64, 3, kExact, 1, 1, 8, 256, 396, false, "4096x4096 m1"},
       // Rule 7 (the default): 10240x8192 at M = 1 keeps 2 tiles per warp on the light kernel (3 blocks per SM),
-      // 320 blocks in one wave of 396 slots, except in the vLLM flavour (1 tile, as rule 3); at M = 16 its grid
-      // of 2 tiles (320 blocks on 264 slots) becomes 1 tile per warp on the light 16-token kernel, 640 blocks
-      // (1.6 waves of 396), and half the K split, 320 blocks; the vLLM flavour keeps the split.
-      {1, 640, 128, 7, false, 1, 2, 8, 320, 396, true, "10240x8192 m1 rule 7"},
-      {1, 640, 128, 7, true, 1, 1, 8, 640, 396, false, "10240x8192 m1 rule 7 vllm"},
+      // 320 blocks in one wave of 396 slots, except in the vLLM flavour's per-weight form (1 tile, as rule 3); at
+      // M = 16 its grid of 2 tiles (320 blocks on 264 slots) becomes 1 tile per warp on the light 16-token kernel,
+      // 640 blocks (1.6 waves of 396), and half the K split, 320 blocks; the vLLM flavour (both forms) keeps the
+      // split.
+      {1, 640, 128, 7, kExact, 1, 2, 8, 320, 396, true, "10240x8192 m1 rule 7"},
+      {1, 640, 128, 7, kVllm, 1, 1, 8, 640, 396, false, "10240x8192 m1 rule 7 vllm"},
+      {1, 640, 128, 7, kPow2, 1, 2, 8, 320, 396, true, "10240x8192 m1 rule 7 vllm pow2"},
       // 12672x8192 (792 tiles) at M = 1: 396 two-tile blocks, exactly 1.5 waves of 264: the light kernel holds
       // them in one wave of 396.
-      {1, 792, 128, 7, false, 1, 2, 8, 396, 396, true, "12672x8192 m1 rule 7"},
-      {16, 640, 128, 7, false, 2, 1, 4, 320, 396, true, "10240x8192 m16 rule 7"},
-      {16, 640, 128, 7, true, 2, 1, 8, 640, 396, true, "10240x8192 m16 rule 7 vllm"},
+      {1, 792, 128, 7, kExact, 1, 2, 8, 396, 396, true, "12672x8192 m1 rule 7"},
+      {16, 640, 128, 7, kExact, 2, 1, 4, 320, 396, true, "10240x8192 m16 rule 7"},
+      {16, 640, 128, 7, kVllm, 2, 1, 8, 640, 396, true, "10240x8192 m16 rule 7 vllm"},
+      {16, 640, 128, 7, kPow2, 2, 1, 8, 640, 396, true, "10240x8192 m16 rule 7 vllm pow2"},
       // 6144x4096 at M = 16: 384 light blocks, within one wave: unchanged.
-      {16, 384, 64, 7, false, 2, 1, 8, 384, 396, true, "6144x4096 m16 rule 7"},
+      {16, 384, 64, 7, kExact, 2, 1, 8, 384, 396, true, "6144x4096 m16 rule 7"},
       // 28672x4096: 448 blocks on 264 slots (1.7 waves) at the largest K split; half of it, 224 blocks, fills
       // 85% of one wave.
-      {1, 1792, 64, 7, false, 1, 4, 4, 224, 264, false, "28672x4096 m1 rule 7"},
-      {16, 1792, 64, 7, false, 2, 4, 4, 224, 264, false, "28672x4096 m16 rule 7"},
+      {1, 1792, 64, 7, kExact, 1, 4, 4, 224, 264, false, "28672x4096 m1 rule 7"},
+      {16, 1792, 64, 7, kExact, 2, 4, 4, 224, 264, false, "28672x4096 m16 rule 7"},
       // ... and leaves the other grids as rule 3 has them: 57344x8192 needs 3.4 waves.
-      {1, 3584, 128, 7, false, 1, 4, 8, 896, 264, false, "57344x8192 m1 rule 7"},
-      {16, 512, 448, 7, false, 2, 2, 8, 256, 264, false, "8192x28672 m16 rule 7"},
-      {1, 256, 64, 7, false, 1, 1, 8, 256, 396, false, "4096x4096 m1 rule 7"},
+      {1, 3584, 128, 7, kExact, 1, 4, 8, 896, 264, false, "57344x8192 m1 rule 7"},
+      {16, 512, 448, 7, kExact, 2, 2, 8, 256, 264, false, "8192x28672 m16 rule 7"},
+      {1, 256, 64, 7, kExact, 1, 1, 8, 256, 396, false, "4096x4096 m1 rule 7"},
       // Rule 8: the light kernels everywhere at M <= 16.
-      {1, 256, 64, 8, false, 1, 2, 8, 128, 396, true, "4096x4096 m1 rule 8"},
-      {16, 256, 64, 8, false, 2, 1, 8, 256, 396, true, "4096x4096 m16 rule 8"},
+      {1, 256, 64, 8, kExact, 1, 2, 8, 128, 396, true, "4096x4096 m1 rule 8"},
+      {16, 256, 64, 8, kExact, 2, 1, 8, 256, 396, true, "4096x4096 m16 rule 8"},
       // 512x1040 (32 tiles, 17 chunks, the last partial): 8 warps of 3 chunks would leave the last two without
       // any; 4 warps of 5. 512x576 (9 whole chunks) keeps 4 warps of 3, the last one idle.
-      {1, 32, 17, 7, false, 1, 1, 4, 16, 396, false, "512x1040 m1 rule 7"},
-      {1, 32, 9, 7, false, 1, 1, 4, 16, 396, false, "512x576 m1 rule 7", false},
+      {1, 32, 17, 7, kExact, 1, 1, 4, 16, 396, false, "512x1040 m1 rule 7"},
+      {1, 32, 9, 7, kExact, 1, 1, 4, 16, 396, false, "512x576 m1 rule 7", false},
       // M = 32, 4096x4096: 32-token tiles (2 tiles per warp at most), 128 blocks < 264 slots: 1 tile, then the K
       // split grows while the grid is under one wave: 8 warps, 256 blocks.
-      {32, 256, 64, 3, false, 4, 1, 8, 256, 264, false, "4096x4096 m32"},
+      {32, 256, 64, 3, kExact, 4, 1, 8, 256, 264, false, "4096x4096 m32"},
   };
   for (const Case& c : cases) {
-    const DecodeGrid g = decode_grid(c.m, c.n16, c.kc, 132, c.rule, c.vllm, c.partial_chunk);
+    const DecodeGrid g = decode_grid(c.m, c.n16, c.kc, 132, c.rule, c.mode, c.partial_chunk);
     EXPECT_EQ(g.nt, c.nt) << c.what;
     EXPECT_EQ(g.nw, c.nw) << c.what;
     EXPECT_EQ(g.wk, c.wk) << c.what;
