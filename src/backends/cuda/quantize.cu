@@ -94,72 +94,45 @@ __global__ void __launch_bounds__(256) quantize_linear_kernel(const T* __restric
   }
 }
 
-// Swizzled scales: a block covers one 128-row block of the swizzled layout (grid y) and 8 group columns (grid x),
-// i.e. two of its 512-byte scale blocks, which lie next to each other (one where the padded columns end after
-// 4). Thread t quantizes groups 2h, 2h+1, 4+2h and 5+2h (h = t & 1) of those columns in row t / 2 of the 128,
-// so that each of its two 16-byte code stores and the other thread's of the row fill a 32-byte sector; its
-// scale-byte pairs go to their place in the two blocks in shared memory, which the block then writes as 256
-// consecutive words. (The earlier kernel, one thread per two groups along the rows, wrote 4 scale bytes to a
-// 32-byte sector: 2.11 TB/s on 8192x8192, this one 2.32; two groups per thread here, 512 threads per block:
-// 2.03; docs/PERF.md.) Padding positions get scale 0. wide: codes 16-byte aligned with rows of a multiple of
-// 16 bytes (k % 32 == 0) and scales 4-byte aligned.
+// Swizzled scales: block (r, y) covers row r of the padded layout, group columns 512y .. 512y+511; its thread i
+// quantizes groups c = 512y + 2i and c + 1 (a pair inside one 4-column quad of the layout) as the linear kernel
+// does and writes their two scale bytes as one 16-bit store at their swizzled place; rows m .. rows_p-1 and
+// columns groups .. cols_p-1 (the padding) get scale 0. Capped at 40 registers (6 blocks per SM, the linear
+// kernel's occupancy). 8192x8192 bf16: 68.8-68.9 µs (2.50 TB/s) against 74.5-74.9 for the earlier kernel (a
+// block per 128 rows and 8 columns, 4 groups per thread, the scale bytes gathered into whole 512-byte blocks in
+// shared memory: 69 registers, 3 blocks per SM), 69.9-70.2 without the cap (56 registers), 70.1-70.4 with
+// 8-row blocks that gather whole 32-byte scale sectors in shared memory (docs/PERF.md, change 57). wide: codes
+// 16-byte aligned with rows of a multiple of 16 bytes (k % 32 == 0) and scales 2-byte aligned.
 template <typename T>
-__global__ void __launch_bounds__(256) quantize_swizzled_kernel(const T* __restrict__ x, int64_t m, int64_t k,
-                                                                float gs, float inv_gs, uint8_t* __restrict__ codes,
-                                                                uint8_t* __restrict__ scales, int64_t cols_p,
-                                                                bool wide) {
-  __shared__ uint32_t words[256];  // the two scale blocks, 128 words each
-  const int t = static_cast<int>(threadIdx.x), h = t & 1, rl = t >> 1;
-  const int64_t r = static_cast<int64_t>(blockIdx.y) * 128 + rl;
-  const int64_t cb = static_cast<int64_t>(blockIdx.x) * 8;
-  const int64_t groups = k / 16;
-  // group i of the thread: column cb + 4·(i / 2) + 2h + i % 2
-  int64_t col[4];
-  bool in[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    col[i] = cb + 4 * (i / 2) + 2 * h + i % 2;
-    in[i] = r < m && col[i] < groups;
+__global__ void __launch_bounds__(256, 6) quantize_swizzled_kernel(const T* __restrict__ x, int64_t m, int64_t k,
+                                                                   float gs, float inv_gs, uint8_t* __restrict__ codes,
+                                                                   uint8_t* __restrict__ scales, int64_t cols_p,
+                                                                   bool wide) {
+  const int64_t c = 2 * (static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x);
+  if (c >= cols_p) return;
+  const int64_t r = blockIdx.x, groups = k / 16;
+  uint8_t* sdst = scales + swizzled_offset(r, c, cols_p);
+  if (wide && r < m && c + 1 < groups) {
+    const uint4* src = reinterpret_cast<const uint4*>(x + r * k + c * 16);
+    const uint4 raw[2][2] = {{src[0], src[1]}, {src[2], src[3]}};
+    uint32_t w[2][2];
+    const uint32_t s0 = quantize_group<T>(raw[0], gs, inv_gs, w[0]);
+    const uint32_t s1 = quantize_group<T>(raw[1], gs, inv_gs, w[1]);
+    *reinterpret_cast<uint4*>(codes + r * (k / 2) + c * 8) = make_uint4(w[0][0], w[0][1], w[1][0], w[1][1]);
+    *reinterpret_cast<uint16_t*>(sdst) = static_cast<uint16_t>(s0 | (s1 << 8));
+    return;
   }
-  uint4 raw[4][2];
-  const T* row = x + r * k;
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
-    if (in[i]) {
-      const uint4* src = reinterpret_cast<const uint4*>(row + col[i] * 16);
-      raw[i][0] = src[0];
-      raw[i][1] = src[1];
+  for (int gi = 0; gi < 2; ++gi) {
+    uint32_t s8 = 0;
+    if (r < m && c + gi < groups) {
+      const uint4* src = reinterpret_cast<const uint4*>(x + r * k + (c + gi) * 16);
+      const uint4 raw[2] = {src[0], src[1]};
+      uint32_t w[2];
+      s8 = quantize_group<T>(raw, gs, inv_gs, w);
+      *reinterpret_cast<uint2*>(codes + r * (k / 2) + (c + gi) * 8) = make_uint2(w[0], w[1]);
     }
-  uint32_t w[4][2], s8[4] = {0, 0, 0, 0};
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-    if (in[i]) s8[i] = quantize_group<T>(raw[i], gs, inv_gs, w[i]);
-  uint8_t* dst = codes + r * (k / 2) + cb * 8 + 16 * h;  // groups 2h, 2h+1; 32 bytes on: 4+2h, 5+2h
-#pragma unroll
-  for (int p = 0; p < 2; ++p) {
-    if (wide && in[2 * p + 1]) {
-      *reinterpret_cast<uint4*>(dst + 32 * p) =
-          make_uint4(w[2 * p][0], w[2 * p][1], w[2 * p + 1][0], w[2 * p + 1][1]);
-    } else {
-#pragma unroll
-      for (int i = 2 * p; i < 2 * p + 2; ++i)
-        if (in[i]) *reinterpret_cast<uint2*>(dst + 32 * p + 8 * (i % 2)) = make_uint2(w[i][0], w[i][1]);
-    }
-  }
-  // row rl of block p: the bytes of columns 2h and 2h+1 within a 512-byte block
-  const int64_t at = swizzled_offset(rl, 2 * h, 4) / 2;
-#pragma unroll
-  for (int p = 0; p < 2; ++p)
-    reinterpret_cast<uint16_t*>(words)[p * 256 + at] = static_cast<uint16_t>(s8[2 * p] | (s8[2 * p + 1] << 8));
-  __syncthreads();
-  const int blocks = cols_p - cb >= 8 ? 2 : 1;
-  if (t >= blocks * 128) return;
-  uint8_t* out = scales + swizzled_offset(static_cast<int64_t>(blockIdx.y) * 128, cb, cols_p);
-  if (wide) {
-    reinterpret_cast<uint32_t*>(out)[t] = words[t];
-  } else {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) out[4 * t + i] = static_cast<uint8_t>(words[t] >> (8 * i));
+    sdst[gi] = static_cast<uint8_t>(s8);
   }
 }
 
@@ -234,12 +207,11 @@ void launch_t(const void* x, int64_t m, int64_t k, float gs, uint8_t* codes, uin
   const T* xt = static_cast<const T*>(x);
   if (layout == ScaleLayout::Swizzled128x4) {
     const int64_t rows_p = swizzled_rows(m), cols_p = swizzled_cols(groups);
-    NVFP4_CHECK(rows_p / 128 <= 65535, "cuda quantize_activations: " + std::to_string(m) +
-                                           " rows, more than the swizzled quantizer's 8388480 in one call");
+    NVFP4_CHECK(rows_p <= 0x7FFFFFFF, "cuda quantize_activations: " + std::to_string(m) +
+                                          " rows, more than the swizzled quantizer's 2^31 - 1 in one call");
     const bool wide = reinterpret_cast<uintptr_t>(codes) % 16 == 0 && k % 32 == 0 &&
-                      reinterpret_cast<uintptr_t>(scales) % 4 == 0;
-    // blocks along a row block first: consecutive blocks read consecutive 256-byte pieces of the same rows
-    const dim3 grid(static_cast<unsigned>(ceil_div(cols_p, 8)), static_cast<unsigned>(rows_p / 128));
+                      reinterpret_cast<uintptr_t>(scales) % 2 == 0;
+    const dim3 grid(static_cast<unsigned>(rows_p), static_cast<unsigned>(ceil_div(cols_p / 2, threads)));
     quantize_swizzled_kernel<T><<<grid, threads, 0, stream>>>(xt, m, k, gs, inv_gs, codes, scales, cols_p, wide);
   } else {
     constexpr int kG = 2;

@@ -77,18 +77,19 @@ void for_random_cases(const int64_t (&shapes)[N][2], uint32_t seed, F check) {
   }
 }
 
-// Shapes with 1 to 256 group columns (the swizzled quantizer's blocks of 8 columns: a last one of 4 padded
-// columns with 7x48, 1000x64 and 129x1216, full ones too), rows short of 128 and past it, rows of 24 and 104
-// code bytes (not a multiple of 16).
+// Shapes with 1 to 516 group columns (the swizzled quantizer's pairs of columns, padded ones in 1x16, 7x48,
+// 33x208 and 3x8256, whose 516 columns take a second block of 512 for the last 4), rows short of 128 and past
+// it, rows of 24 and 104 code bytes (not a multiple of 16).
 TEST(CudaQuantize, BitExactWithCpuOnRandomData) {
   NVFP4_REQUIRE_GPU();
-  const int64_t shapes[][2] = {{1, 16}, {7, 48}, {33, 208}, {128, 4096}, {300, 1024}, {1000, 64}, {129, 1216}};
+  const int64_t shapes[][2] = {{1, 16},     {7, 48},     {33, 208},   {128, 4096},
+                               {300, 1024}, {1000, 64}, {129, 1216}, {3, 8256}};
   for_random_cases(shapes, 1, [](DType t, const std::vector<uint16_t>& x, int64_t m, int64_t k, float gs) {
     check_layouts(t, x, m, k, gs);
   });
 }
 
-// Outputs at addresses that are not 16-byte (codes) or 4-byte (scales) aligned.
+// Outputs at addresses that are not 16-byte (codes) or 2- and 4-byte (scales) aligned.
 TEST(CudaQuantize, BitExactAtUnalignedOutputs) {
   NVFP4_REQUIRE_GPU();
   const int64_t shapes[][2] = {{33, 208}, {300, 1024}};
