@@ -85,14 +85,21 @@ struct Pipeline {
   static constexpr bool kActChunkAhead = kOneTile || (kNT == 2 && kNW <= 2 && !kLight);
 };
 
+// Whether the decode kernel of kNW tiles per warp takes the power-of-two form's scale registers from a table in
+// shared memory (pow2_table_entry of every scale byte, filled by the block) instead of computing them per chunk:
+// with 2 and 4 tiles per warp, 3.5-7% faster at M = 1 and 16 on the layers that run them; with one tile per warp
+// the one-tile kernel gained 2% on 4096x4096 and lost 1-3% on 6144x4096 and 4096x14336, and the light 16-token
+// kernel spilled and lost 2-4% (docs/PERF.md, change 58).
+constexpr bool pow2_table(int mode, int nw) { return mode == static_cast<int>(Mode::VllmPow2) && nw >= 2; }
+
 // Accumulates chunks [c0, c1) of weight tiles tile0 .. tile0+kNW-1 (tiles past N16 are zero tiles whose
 // outputs are never stored) for the token rows m0 + 8j + g (j < kNT; rows past M re-read row M-1) into acc,
-// with Pipeline<kNT, kNW, kLight>'s register stages. Pointers advance by a constant per chunk and the main loop has no
-// per-element predicates; a last chunk that reaches past K (K % 64 != 0) is done after it, with the lane's
-// activations past K read as zero.
+// with Pipeline<kNT, kNW, kLight>'s register stages (pow2_tab: the block's table where pow2_table holds).
+// Pointers advance by a constant per chunk and the main loop has no per-element predicates; a last chunk that
+// reaches past K (K % 64 != 0) is done after it, with the lane's activations past K read as zero.
 template <typename T, int kMode, int kNT, int kNW, bool kLight>
-__device__ __forceinline__ void accumulate(const GemmParams& p, int tile0, int64_t m0, int c0, int c1,
-                                           float (&acc)[kNW][kNT][4]) {
+__device__ __forceinline__ void accumulate(const GemmParams& p, const uint2* pow2_tab, int tile0, int64_t m0,
+                                           int c0, int c1, float (&acc)[kNW][kNT][4]) {
   using P = Pipeline<kNT, kNW, kLight>;
   constexpr int kS = P::kS, kU = P::kU;
   // chunks per trip of the main loop: whole turns of the ring, an even number with two activation buffers
@@ -156,7 +163,10 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, int tile0, int64
                    bool next) {
     next = next && !P::kActInStage;
     uint32_t ws2[kNW][2], wsx[kNW][2];
-    scale_regs<T, kMode, kNW>(sv, p.w_dec, ws2, wsx);
+    if constexpr (pow2_table(kMode, kNW))
+      scale_regs_from_table<kNW>(sv, pow2_tab, ws2, wsx);
+    else
+      scale_regs<T, kMode, kNW>(sv, p.w_dec, ws2, wsx);
     uint4 xh[kNT];
     if constexpr (P::kActChunkAhead) {
       if (next) {
@@ -232,6 +242,12 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, int tile0, int64
 template <typename T, int kMode, int kNT, int kNW, bool kLight>
 __global__ void __launch_bounds__(256, fused_blocks_per_sm(kNT, kNW, kLight)) fused_gemm_kernel(const GemmParams p) {
   __shared__ float red[8][kNW * kNT * 4][32];
+  constexpr bool kTable = pow2_table(kMode, kNW);  // one entry per thread (blocks of 256 threads)
+  __shared__ uint2 pow2_tab[kTable ? 256 : 1];
+  if constexpr (kTable) {
+    pow2_tab[threadIdx.x] = pow2_table_entry<T>(threadIdx.x, p.w_dec);
+    __syncthreads();
+  }
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int wk = p.wk, wn = warp / wk, kk = warp % wk;
   const int tile0 = (blockIdx.y * (8 / wk) + wn) * kNW;
@@ -249,7 +265,7 @@ __global__ void __launch_bounds__(256, fused_blocks_per_sm(kNT, kNW, kLight)) fu
   if (active) {
     const int per = (p.kc + wk - 1) / wk;
     const int c0 = kk * per, c1 = min(p.kc, c0 + per);
-    accumulate<T, kMode, kNT, kNW, kLight>(p, tile0, m0, c0, c1, acc);
+    accumulate<T, kMode, kNT, kNW, kLight>(p, pow2_tab, tile0, m0, c0, c1, acc);
   } else {
     pdl_wait();  // y is written below: not before the previous kernel is done with it
     pdl_launch_dependents();

@@ -100,11 +100,35 @@ __device__ __forceinline__ uint32_t deq_reg(uint32_t q, int p, uint32_t s2, uint
   }
 }
 
+// Power-of-two form (vllm_weights.h) of the two scale bytes of sv (row g low, g+8 high): with f = S·D_w·2^σ
+// (w_dec = D_w·2^(σ+120): the scale enters as e4m3_field_f32, S·2^-120), a = T(f32(f)) and b2 = T(f32(3·f)),
+// y = b2 - 2a and c = 3a - b2 as T pairs (row g in the low half), both exact.
+template <typename T>
+__device__ __forceinline__ void pow2_pair(uint32_t sv, float w_dec, uint32_t& y, uint32_t& c) {
+  using A = Act<T>;
+  using T2 = typename A::T2;
+  const float f0 = __fmul_rn(e4m3_field_f32(sv), w_dec);
+  const float f1 = __fmul_rn(e4m3_field_f32(sv >> 8), w_dec);
+  const T2 a = A::pack(f0, f1);
+  const T2 b2 = A::pack(__fmul_rn(f0, 3.0f), __fmul_rn(f1, 3.0f));
+  const T2 two = from_u32<T2>(0x40004000u);                              // 2 in bf16 and f16
+  const T2 three = from_u32<T2>(A::kBf16 ? 0x40404040u : 0x42004200u);  // 3
+  y = as_u32(__hfma2(__hneg2(a), two, b2));    // b2 - 2a, exact
+  c = as_u32(__hfma2(a, three, __hneg2(b2)));  // 3a - b2, exact
+}
+
+// One entry of a power-of-two table: the scale registers (y, c; both halves the same) of scale byte s8.
+template <typename T>
+__device__ __forceinline__ uint2 pow2_table_entry(uint32_t s8, float w_dec) {
+  uint2 e;
+  pow2_pair<T>(s8 | (s8 << 8), w_dec, e.x, e.y);
+  return e;
+}
+
 // The scale registers of kNW weight tiles of one chunk (sv: the lane's 16-bit scale pairs, row g low, g+8 high),
 // per row (index 0: g, 1: g+8): exact mode, S·2^kScaleShift in both halves of ws2; vLLM per weight, the bits
-// of f32(S·w_dec) in wsx (w_dec = D_w); power-of-two form, with a = T(f32(S·D_w·2^σ)) and
-// b2 = T(f32(3·f32(S·D_w·2^σ))), Y = b2 - 2a in ws2 and C = 3a - b2 in wsx, both halves (w_dec = D_w·2^(σ+120):
-// the scale enters as e4m3_field_f32, S·2^-120).
+// of f32(S·w_dec) in wsx (w_dec = D_w); power-of-two form, pow2_pair's Y = b2 - 2a in ws2 and C = 3a - b2 in
+// wsx, both halves.
 template <typename T, int kMode, int kNW>
 __device__ __forceinline__ void scale_regs(const uint32_t (&sv)[kNW], float w_dec, uint32_t (&ws2)[kNW][2],
                                            uint32_t (&wsx)[kNW][2]) {
@@ -122,16 +146,26 @@ __device__ __forceinline__ void scale_regs(const uint32_t (&sv)[kNW], float w_de
         wsx[i][h] = __float_as_uint(__fmul_rn(e4m3_to_f32((sv[i] >> (8 * h)) & 0xFF), w_dec));
       }
     } else {
-      const float f0 = __fmul_rn(e4m3_field_f32(sv[i]), w_dec);
-      const float f1 = __fmul_rn(e4m3_field_f32(sv[i] >> 8), w_dec);
-      const T2 a = A::pack(f0, f1);
-      const T2 b2 = A::pack(__fmul_rn(f0, 3.0f), __fmul_rn(f1, 3.0f));
-      const T2 two = from_u32<T2>(0x40004000u);                              // 2 in bf16 and f16
-      const T2 three = from_u32<T2>(A::kBf16 ? 0x40404040u : 0x42004200u);  // 3
-      const T2 y = __hfma2(__hneg2(a), two, b2);    // b2 - 2a, exact
-      const T2 c = __hfma2(a, three, __hneg2(b2));  // 3a - b2, exact
-      split_pair(as_u32(y), ws2[i][0], ws2[i][1]);
-      split_pair(as_u32(c), wsx[i][0], wsx[i][1]);
+      uint32_t y, c;
+      pow2_pair<T>(sv[i], w_dec, y, c);
+      split_pair(y, ws2[i][0], ws2[i][1]);
+      split_pair(c, wsx[i][0], wsx[i][1]);
+    }
+  }
+}
+
+// The power-of-two form's scale registers from a block's table of them (pow2_table_entry for every scale byte,
+// in shared memory): two 8-byte loads per tile instead of pow2_pair's conversions and products.
+template <int kNW>
+__device__ __forceinline__ void scale_regs_from_table(const uint32_t (&sv)[kNW], const uint2* tab,
+                                                      uint32_t (&ws2)[kNW][2], uint32_t (&wsx)[kNW][2]) {
+#pragma unroll
+  for (int i = 0; i < kNW; ++i) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint2 e = tab[(sv[i] >> (8 * h)) & 0xFF];
+      ws2[i][h] = e.x;
+      wsx[i][h] = e.y;
     }
   }
 }

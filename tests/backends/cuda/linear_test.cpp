@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <functional>
 #include <memory>
@@ -455,15 +456,21 @@ TEST(CudaLinear, VllmWeightsBitExactOnEveryPath) {
             pack_e2m1x2(static_cast<uint8_t>((row + col) % 16), static_cast<uint8_t>((row + col + 1) % 16));
     const std::string what = std::string(dtype_name(c.t)) + " global scale " + std::to_string(c.w_enc);
     EXPECT_EQ(vllm_weights_pow2(*CudaLinear::create(w, Semantics::W4A4_VLLM, c.t, 0)), c.pow2) << what;
-    // (rows, first one-hot column, fused_max_m): decode kernel calls that together cover every column, the
-    // M > 32 kernel, and the dequantize + cuBLAS path.
-    const int64_t runs[][3] = {{1, 5, -1}, {7, 40, -1}, {32, 0, -1}, {32, 32, -1}, {32, 64, -1}, {32, 96, -1},
-                               {128, 0, -1}, {128, 0, 0}};
+    // (rows, one-hot column of row 0, column step per row, grid rule, fused_max_m): decode kernel calls that
+    // together cover every column, the M > 32 kernel, and the dequantize + cuBLAS path; then the decode kernel
+    // with two tiles per warp (grid rule 8 at M <= 8; its power-of-two form reads the scale registers from a
+    // table), 16 calls of 8 rows that cover every column.
+    std::vector<std::array<int64_t, 5>> runs = {{1, 5, 1, -1, -1},   {7, 40, 1, -1, -1},  {32, 0, 1, -1, -1},
+                                                {32, 32, 1, -1, -1}, {32, 64, 1, -1, -1}, {32, 96, 1, -1, -1},
+                                                {128, 0, 1, -1, -1}, {128, 0, 1, -1, 0}};
+    for (int64_t c0 = 0; c0 < 16; ++c0) runs.push_back({8, c0, 16, 8, -1});
     for (const auto& run : runs) {
       const int64_t m = run[0];
       std::vector<uint16_t> x(static_cast<size_t>(m * k), to_bits16(c.t, 0.0f));
-      for (int64_t r = 0; r < m; ++r) x[static_cast<size_t>(r * k + (run[1] + r) % k)] = to_bits16(c.t, 1.0f);
-      const std::vector<uint16_t> y = run_gpu(w, Semantics::W4A4_VLLM, c.t, x, m, 0, -1, run[2]);
+      for (int64_t r = 0; r < m; ++r)
+        x[static_cast<size_t>(r * k + (run[1] + run[2] * r) % k)] = to_bits16(c.t, 1.0f);
+      const std::vector<uint16_t> y =
+          run_gpu(w, Semantics::W4A4_VLLM, c.t, x, m, 0, static_cast<int>(run[3]), run[4]);
       std::vector<double> acc(static_cast<size_t>(m * n));
       cpu_linear_reference_f64(w, Semantics::W4A4_VLLM, c.t, x.data(), m, acc.data());
       int64_t bad = 0;
@@ -471,10 +478,10 @@ TEST(CudaLinear, VllmWeightsBitExactOnEveryPath) {
         const float want = from_bits16(c.t, linear_output(c.t, static_cast<float>(acc[static_cast<size_t>(i)]), nullptr));
         const float got = from_bits16(c.t, y[static_cast<size_t>(i)]);
         if (!(got == want) && bad++ < 3)
-          ADD_FAILURE() << what << " M=" << m << " fused_max_m=" << run[2] << " element (" << i / n << ", "
-                        << i % n << "): got " << got << " want " << want;
+          ADD_FAILURE() << what << " M=" << m << " grid rule " << run[3] << " fused_max_m=" << run[4]
+                        << " element (" << i / n << ", " << i % n << "): got " << got << " want " << want;
       }
-      EXPECT_EQ(bad, 0) << what << " M=" << m << " fused_max_m=" << run[2];
+      EXPECT_EQ(bad, 0) << what << " M=" << m << " grid rule " << run[3] << " fused_max_m=" << run[4];
     }
   }
 }
