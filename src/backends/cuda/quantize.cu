@@ -208,7 +208,7 @@ void launch_t(const void* x, int64_t m, int64_t k, float gs, uint8_t* codes, uin
   if (layout == ScaleLayout::Swizzled128x4) {
     const int64_t rows_p = swizzled_rows(m), cols_p = swizzled_cols(groups);
     NVFP4_CHECK(rows_p <= 0x7FFFFFFF, "cuda quantize_activations: " + std::to_string(m) +
-                                          " rows, more than the swizzled quantizer's 2^31 - 1 in one call");
+                                          " rows, more than the 2147483520 the swizzled quantizer takes in one call");
     const bool wide = reinterpret_cast<uintptr_t>(codes) % 16 == 0 && k % 32 == 0 &&
                       reinterpret_cast<uintptr_t>(scales) % 2 == 0;
     const dim3 grid(static_cast<unsigned>(rows_p), static_cast<unsigned>(ceil_div(cols_p / 2, threads)));
