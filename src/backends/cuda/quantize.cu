@@ -60,36 +60,49 @@ __device__ __forceinline__ T dequant_value(uint32_t code, float sc) {
   return Act<T>::one(__fmul_rn(e2m1_to_f32(code), sc));
 }
 
-// Linear scales: each thread quantizes kG consecutive groups of the
-// flattened (m·k/16) group sequence (x, codes and scales are all contiguous in it), loading all 2·kG
-// 16-byte vectors before the arithmetic.
-template <typename T, int kG>
-__global__ void __launch_bounds__(256) quantize_linear_kernel(const T* __restrict__ x, int64_t total, float gs,
-                                                              float inv_gs, uint8_t* __restrict__ codes,
-                                                              uint8_t* __restrict__ scales, bool wide) {
-  const int64_t g0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kG;
+// Two consecutive groups at src (four 16-byte vectors, all loaded before the arithmetic): their 16 code bytes
+// in w; returns their two scale bytes, the first in the low byte.
+template <typename T>
+__device__ __forceinline__ uint32_t quantize_pair(const uint4* src, float gs, float inv_gs, uint4& w) {
+  const uint4 raw[2][2] = {{src[0], src[1]}, {src[2], src[3]}};
+  uint32_t w0[2], w1[2];
+  const uint32_t s0 = quantize_group<T>(raw[0], gs, inv_gs, w0);
+  const uint32_t s1 = quantize_group<T>(raw[1], gs, inv_gs, w1);
+  w = make_uint4(w0[0], w0[1], w1[0], w1[1]);
+  return s0 | (s1 << 8);
+}
+
+// One group at src (two 16-byte vectors): its 8 code bytes in w; returns its scale byte.
+template <typename T>
+__device__ __forceinline__ uint32_t quantize_one(const uint4* src, float gs, float inv_gs, uint2& w) {
+  const uint4 raw[2] = {src[0], src[1]};
+  uint32_t ww[2];
+  const uint32_t s8 = quantize_group<T>(raw, gs, inv_gs, ww);
+  w = make_uint2(ww[0], ww[1]);
+  return s8;
+}
+
+// Linear scales: each thread quantizes two consecutive groups of the flattened (m·k/16) group sequence (x,
+// codes and scales are all contiguous in it). wide: codes 16-byte and scales 2-byte aligned. 40 registers, 6
+// blocks per SM, as the swizzled kernel below.
+template <typename T>
+__global__ void __launch_bounds__(256, 6) quantize_linear_kernel(const T* __restrict__ x, int64_t total, float gs,
+                                                                 float inv_gs, uint8_t* __restrict__ codes,
+                                                                 uint8_t* __restrict__ scales, bool wide) {
+  const int64_t g0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * 2;
   if (g0 >= total) return;
   const uint4* src = reinterpret_cast<const uint4*>(x) + g0 * 2;
-  if (g0 + kG <= total && wide) {
-    uint4 raw[kG][2];
-#pragma unroll
-    for (int gi = 0; gi < kG; ++gi) {
-      raw[gi][0] = src[2 * gi];
-      raw[gi][1] = src[2 * gi + 1];
-    }
-    uint32_t w[kG][2], s8[kG];
-#pragma unroll
-    for (int gi = 0; gi < kG; ++gi) s8[gi] = quantize_group<T>(raw[gi], gs, inv_gs, w[gi]);
-    static_assert(kG == 2, "wide stores assume two groups per thread");
-    *reinterpret_cast<uint4*>(codes + g0 * 8) = make_uint4(w[0][0], w[0][1], w[1][0], w[1][1]);
-    *reinterpret_cast<uint16_t*>(scales + g0) = static_cast<uint16_t>(s8[0] | (s8[1] << 8));
+  if (g0 + 2 <= total && wide) {
+    uint4 w;
+    const uint32_t s2 = quantize_pair<T>(src, gs, inv_gs, w);
+    *reinterpret_cast<uint4*>(codes + g0 * 8) = w;
+    *reinterpret_cast<uint16_t*>(scales + g0) = static_cast<uint16_t>(s2);
     return;
   }
-  for (int gi = 0; gi < kG && g0 + gi < total; ++gi) {  // tail, or unaligned outputs
-    const uint4 raw[2] = {src[2 * gi], src[2 * gi + 1]};
-    uint32_t w[2];
-    const uint32_t s8 = quantize_group<T>(raw, gs, inv_gs, w);
-    *reinterpret_cast<uint2*>(codes + (g0 + gi) * 8) = make_uint2(w[0], w[1]);
+  for (int gi = 0; gi < 2 && g0 + gi < total; ++gi) {  // tail, or unaligned outputs
+    uint2 w;
+    const uint32_t s8 = quantize_one<T>(src + 2 * gi, gs, inv_gs, w);
+    *reinterpret_cast<uint2*>(codes + (g0 + gi) * 8) = w;
     scales[g0 + gi] = static_cast<uint8_t>(s8);
   }
 }
@@ -113,24 +126,19 @@ __global__ void __launch_bounds__(256, 6) quantize_swizzled_kernel(const T* __re
   const int64_t r = blockIdx.x, groups = k / 16;
   uint8_t* sdst = scales + swizzled_offset(r, c, cols_p);
   if (wide && r < m && c + 1 < groups) {
-    const uint4* src = reinterpret_cast<const uint4*>(x + r * k + c * 16);
-    const uint4 raw[2][2] = {{src[0], src[1]}, {src[2], src[3]}};
-    uint32_t w[2][2];
-    const uint32_t s0 = quantize_group<T>(raw[0], gs, inv_gs, w[0]);
-    const uint32_t s1 = quantize_group<T>(raw[1], gs, inv_gs, w[1]);
-    *reinterpret_cast<uint4*>(codes + r * (k / 2) + c * 8) = make_uint4(w[0][0], w[0][1], w[1][0], w[1][1]);
-    *reinterpret_cast<uint16_t*>(sdst) = static_cast<uint16_t>(s0 | (s1 << 8));
+    uint4 w;
+    const uint32_t s2 = quantize_pair<T>(reinterpret_cast<const uint4*>(x + r * k + c * 16), gs, inv_gs, w);
+    *reinterpret_cast<uint4*>(codes + r * (k / 2) + c * 8) = w;
+    *reinterpret_cast<uint16_t*>(sdst) = static_cast<uint16_t>(s2);
     return;
   }
 #pragma unroll
-  for (int gi = 0; gi < 2; ++gi) {
+  for (int gi = 0; gi < 2; ++gi) {  // padding (scale 0), the tail, or unaligned outputs
     uint32_t s8 = 0;
     if (r < m && c + gi < groups) {
-      const uint4* src = reinterpret_cast<const uint4*>(x + r * k + (c + gi) * 16);
-      const uint4 raw[2] = {src[0], src[1]};
-      uint32_t w[2];
-      s8 = quantize_group<T>(raw, gs, inv_gs, w);
-      *reinterpret_cast<uint2*>(codes + r * (k / 2) + (c + gi) * 8) = make_uint2(w[0], w[1]);
+      uint2 w;
+      s8 = quantize_one<T>(reinterpret_cast<const uint4*>(x + r * k + (c + gi) * 16), gs, inv_gs, w);
+      *reinterpret_cast<uint2*>(codes + r * (k / 2) + (c + gi) * 8) = w;
     }
     sdst[gi] = static_cast<uint8_t>(s8);
   }
@@ -214,11 +222,10 @@ void launch_t(const void* x, int64_t m, int64_t k, float gs, uint8_t* codes, uin
     const dim3 grid(static_cast<unsigned>(rows_p), static_cast<unsigned>(ceil_div(cols_p / 2, threads)));
     quantize_swizzled_kernel<T><<<grid, threads, 0, stream>>>(xt, m, k, gs, inv_gs, codes, scales, cols_p, wide);
   } else {
-    constexpr int kG = 2;
     const int64_t total = m * groups;
     const bool wide = reinterpret_cast<uintptr_t>(codes) % 16 == 0 && reinterpret_cast<uintptr_t>(scales) % 2 == 0;
-    const unsigned blocks = static_cast<unsigned>(ceil_div(ceil_div(total, kG), threads));
-    quantize_linear_kernel<T, kG><<<blocks, threads, 0, stream>>>(xt, total, gs, inv_gs, codes, scales, wide);
+    const unsigned blocks = static_cast<unsigned>(ceil_div(ceil_div(total, 2), threads));
+    quantize_linear_kernel<T><<<blocks, threads, 0, stream>>>(xt, total, gs, inv_gs, codes, scales, wide);
   }
   NVFP4_CUDA_CHECK(cudaGetLastError());
 }
