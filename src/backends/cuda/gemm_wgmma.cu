@@ -286,7 +286,6 @@ __global__ void permute_tiles_kernel(const T* __restrict__ x, int64_t m, int k, 
 // 0, 1, ... (deterministic).
 template <typename T>
 __global__ void splitk_reduce_kernel(const GemmParams p) {
-  using A = Act<T>;
   pdl_wait();  // the partial sums
   pdl_launch_dependents();
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -295,10 +294,7 @@ __global__ void splitk_reduce_kernel(const GemmParams p) {
   if (idx >= total) return;
   float sum = p.partial[idx];
   for (int z = 1; z < p.splits; ++z) sum += p.partial[z * total + idx];
-  const int n = n0 + static_cast<int>(idx % wn);
-  T out = A::one(__fmul_rn(sum, p.out_scale));
-  if (p.bias) out = A::one(__fadd_rn(A::back(out), p.bias[n]));
-  static_cast<T*>(p.y)[idx / wn * p.n + n] = out;
+  store_y<T>(p, idx / wn, n0 + static_cast<int>(idx % wn), sum);
 }
 
 __global__ void wgmma_probe_kernel(int* out) {

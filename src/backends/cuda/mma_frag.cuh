@@ -178,13 +178,20 @@ __device__ __forceinline__ void dequant_step(uint32_t q, const uint32_t (&ws2)[2
   for (int pp = 0; pp < 4; ++pp) a[pp] = deq_reg<T, kMode>(q, pp, ws2[pp & 1], wsx[pp & 1]);
 }
 
-// Epilogue of one tile group: y = T(T(acc · out_scale) + bias) for the rows and tokens inside the output.
+// The output of every GEMM kernel: y[tok, n] = T(T(sum · out_scale) + bias[n]).
+template <typename T>
+__device__ __forceinline__ void store_y(const GemmParams& p, int64_t tok, int n, float sum) {
+  using A = Act<T>;
+  T out = A::one(__fmul_rn(sum, p.out_scale));
+  if (p.bias) out = A::one(__fadd_rn(A::back(out), p.bias[n]));
+  static_cast<T*>(p.y)[tok * p.n + n] = out;
+}
+
+// Epilogue of one tile group: store_y for the rows and tokens inside the output.
 template <typename T, int kNT, int kNW>
 __device__ __forceinline__ void store_tiles(const GemmParams& p, int tile0, int64_t m0,
                                             const float (&acc)[kNW][kNT][4]) {
-  using A = Act<T>;
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  T* y = static_cast<T*>(p.y);
 #pragma unroll
   for (int i = 0; i < kNW; ++i)
 #pragma unroll
@@ -194,9 +201,7 @@ __device__ __forceinline__ void store_tiles(const GemmParams& p, int tile0, int6
         const int n = (tile0 + i) * 16 + g + 8 * (e >> 1);
         const int64_t tok = m0 + 8 * j + 2 * t + (e & 1);
         if (tile0 + i >= p.n16 || n >= p.n || tok >= p.m) continue;
-        T out = A::one(__fmul_rn(acc[i][j][e], p.out_scale));
-        if (p.bias) out = A::one(__fadd_rn(A::back(out), p.bias[n]));
-        y[tok * p.n + n] = out;
+        store_y<T>(p, tok, n, acc[i][j][e]);
       }
 }
 
