@@ -627,7 +627,8 @@ TEST(CudaLinear, LayersOnSeveralThreadsShareTheCublasHandle) {
 // stream's activation buffer that the first layer's GEMM reads). The intermediate buffer is poisoned (NaN)
 // before each pair: a read before the first layer's writes shows as NaN or a changed output. Every path
 // (decode kernel with 8- and 16-token tiles, the wgmma kernel and its permutation, the K-split reduction,
-// the W4A4 quantizer in front) must give, bit for bit, the output of a pair run with a full synchronization.
+// the W4A4 quantizer in front) must give, bit for bit, the output of a pair run with a full synchronization,
+// also when the pairs are replayed from a CUDA graph.
 TEST(CudaLinear, ChainedLayersWaitForTheirInput) {
   NVFP4_REQUIRE_GPU();
   const DType t = DType::BF16;
@@ -669,6 +670,28 @@ TEST(CudaLinear, ChainedLayersWaitForTheirInput) {
         differ += got != want;
       }
       EXPECT_EQ(differ, 0) << what << ": " << differ << " of 5 chained calls differ from the synchronized one";
+      // The same chain three times over in a CUDA graph, replayed five times.
+      cudaGraph_t graph = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      CUDA_OK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+      for (int i = 0; i < 3; ++i) {
+        CUDA_OK(cudaMemsetAsync(dh.p, 0xFF, hb, st));
+        l1->run(dx.p, m, dh.p, st);
+        l2->run(dh.p, m, dy.p, st);
+      }
+      CUDA_OK(cudaStreamEndCapture(st, &graph));
+      CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+      differ = 0;
+      for (int rep = 0; rep < 5; ++rep) {
+        CUDA_OK(cudaMemsetAsync(dy.p, 0xFF, yb, st));
+        CUDA_OK(cudaGraphLaunch(exec, st));
+        CUDA_OK(cudaStreamSynchronize(st));
+        dy.download(got.data(), yb);
+        differ += got != want;
+      }
+      CUDA_OK(cudaGraphExecDestroy(exec));
+      CUDA_OK(cudaGraphDestroy(graph));
+      EXPECT_EQ(differ, 0) << what << ": " << differ << " of 5 graph replays differ from the synchronized calls";
     }
   }
   cudaStreamDestroy(st);
