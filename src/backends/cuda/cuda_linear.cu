@@ -572,10 +572,11 @@ int64_t makespan_chunks(int64_t a, int64_t la, int64_t b, int64_t lb, int sms) {
 
 double wgmma_time_us(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms, WgmmaSplit split) {
   // µs per K chunk of a round of blocks (one per SM), H200, 2026-11-30, after change 27: 57344x8192 unsplit at
-  // M = 64 (2 rounds of 128 chunks: 140.7 µs) and M = 1024 (14 rounds: 1330.1 µs); the f32 partial sums' rate
-  // and the reduction's launch.
+  // M = 64 (2 rounds of 128 chunks: 140.7 µs) and M = 1024 (14 rounds: 1330.1 µs); the f32 partial sums' rate,
+  // 5 TB/s where they take at most kWgmmaL2PartialBytes (they stay in the 60 MB L2 while the weights stream
+  // through it evict-first) and 3 TB/s above (docs/PERF.md, change 63); the reduction's launch.
   const int kt = wgmma_tile_tokens(m);
-  const double chunk_us = kt == 64 ? 0.55 : 0.74, partial_bytes_per_us = 3.0e6, reduce_launch_us = 2.0;
+  const double chunk_us = kt == 64 ? 0.55 : 0.74, reduce_launch_us = 2.0;
   const int64_t token_blocks = ceil_div(m, kt), row_blocks = wgmma_row_blocks(n16);
   const int s = std::max(1, split.splits);
   const int64_t rb0 = s > 1 ? std::clamp<int64_t>(split.split_rb0, 0, row_blocks - 1) : row_blocks;
@@ -584,6 +585,8 @@ double wgmma_time_us(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms, Wgm
   double t = static_cast<double>(chunks) * chunk_us;
   if (s > 1) {  // the split blocks' columns: partial sums written and read once, then y written
     const int64_t cols = std::max<int64_t>(0, n - rb0 * detail::kWgmmaRows);
+    const double partial_bytes = 4.0 * s * static_cast<double>(m * cols);
+    const double partial_bytes_per_us = partial_bytes <= kWgmmaL2PartialBytes ? 5.0e6 : 3.0e6;
     t += static_cast<double>(m * cols) * (8.0 * s + 2.0) / partial_bytes_per_us + reduce_launch_us;
   }
   return t;

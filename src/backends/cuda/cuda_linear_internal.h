@@ -58,9 +58,11 @@ int64_t fused_max_m(const CudaLinear& l);
 // it run whole), each over `splits` blocks of one K range. Estimated µs: the finish time of the blocks, each
 // started in launch order on the first free SM, in chunks, x the measured time of one chunk of a round (0.55 /
 // 0.74 µs for 64 / 128 tokens, H200), plus, when split, the split columns' f32 partial sums written and read
-// (8·splits·M·cols bytes) and y written at 3 TB/s and the reduction's launch (2 µs). wgmma_split: the split
+// (8·splits·M·cols bytes) and y written, at 5 TB/s where the partial sums take at most kWgmmaL2PartialBytes
+// (they stay in L2) and 3 TB/s above, and the reduction's launch (2 µs). wgmma_split: the split
 // (1-8, each >= 8 chunks of 64 when > 1; over all blocks, or over as many trailing 256-row blocks as the last
 // partial round holds) with the smallest estimate, a split only where it saves >= 5% over the best so far.
+inline constexpr double kWgmmaL2PartialBytes = 32.0 * (1 << 20);
 struct WgmmaSplit {
   int splits = 1;
   int split_rb0 = 0;
