@@ -577,6 +577,7 @@ double wgmma_time_us(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms, Wgm
   // through it evict-first) and 3 TB/s above (docs/PERF.md, change 63); the reduction's launch.
   const int kt = wgmma_tile_tokens(m);
   const double chunk_us = kt == 64 ? 0.55 : 0.74, reduce_launch_us = 2.0;
+  const double l2_bytes_per_us = 5.0e6, hbm_bytes_per_us = 3.0e6;  // partial sums in L2, or beyond it
   const int64_t token_blocks = ceil_div(m, kt), row_blocks = wgmma_row_blocks(n16);
   const int s = std::max(1, split.splits);
   const int64_t rb0 = s > 1 ? std::clamp<int64_t>(split.split_rb0, 0, row_blocks - 1) : row_blocks;
@@ -586,7 +587,7 @@ double wgmma_time_us(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms, Wgm
   if (s > 1) {  // the split blocks' columns: partial sums written and read once, then y written
     const int64_t cols = std::max<int64_t>(0, n - rb0 * detail::kWgmmaRows);
     const double partial_bytes = 4.0 * s * static_cast<double>(m * cols);
-    const double partial_bytes_per_us = partial_bytes <= kWgmmaL2PartialBytes ? 5.0e6 : 3.0e6;
+    const double partial_bytes_per_us = partial_bytes <= kWgmmaL2PartialBytes ? l2_bytes_per_us : hbm_bytes_per_us;
     t += static_cast<double>(m * cols) * (8.0 * s + 2.0) / partial_bytes_per_us + reduce_launch_us;
   }
   return t;

@@ -87,8 +87,8 @@ TEST(CudaWgmmaGrid, SplitsFollowTheTimeEstimate) {
   // of 64 chunks after 2 rounds: 320 x 0.74 + 1024 x 1792 x 18 / 5e6 + 2 = 245.41 (s=3: 342 chunks; s=4: 320
   // chunks + 12.48 + 2 = 251.28).
   EXPECT_NEAR(wgmma_time_us(1024, 10240, 10240 / 16, 8192 / 64, 132, {1, 0}), 284.16, 0.01);
-  EXPECT_NEAR(wgmma_time_us(1024, 10240, 10240 / 16, 8192 / 64, 132, {2, 0}), 320 * 0.74 + 1024.0 * 10240 * 18 / 3e6 + 2,
-              0.01);
+  EXPECT_NEAR(wgmma_time_us(1024, 10240, 10240 / 16, 8192 / 64, 132, {2, 0}),
+              320 * 0.74 + 1024.0 * 10240 * 18 / 3e6 + 2, 0.01);
   EXPECT_NEAR(wgmma_time_us(1024, 10240, 10240 / 16, 8192 / 64, 132, {2, 33}), 245.41, 0.01);
   const WgmmaSplit tail = wgmma_split(1024, 10240, 10240 / 16, 8192 / 64, 132);
   EXPECT_EQ(tail.splits, 2);
