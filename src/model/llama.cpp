@@ -203,6 +203,7 @@ struct LlamaModel::DeviceState {
   int device = 0;
   std::unique_ptr<cuda_ops::Gemm> gemm;
   DevBuf embed, final_norm, rope, kc, vc;
+  bool kv_bits = false;  // the KV cache holds T bit patterns (cuda_ops::KvCache), not f32
   DevBuf attn;  // attention's scratch (cuda_ops::attention_scratch_bytes), zeroed once
   struct LayerNorms {
     DevBuf in_norm, post_norm;
@@ -557,7 +558,9 @@ void LlamaModel::init_device(const DeviceInfo& d) {
   }
   D->final_norm.upload(final_norm_.data(), final_norm_.size() * 4, device);
   D->rope.upload(rope_cs_.data(), rope_cs_.size() * 4, device);
-  const size_t kv = static_cast<size_t>(c.n_layers * nkv * cap_ * hd) * 4;
+  // The KV cache holds T bit patterns in a 16-bit model (cuda_ops::KvCache: half the bytes, the same values).
+  D->kv_bits = act_ != DType::F32;
+  const size_t kv = static_cast<size_t>(c.n_layers * nkv * cap_ * hd) * (D->kv_bits ? 2 : 4);
   D->kc.ensure(kv, device);
   D->vc.ensure(kv, device);
   const size_t attn = cuda_ops::attention_scratch_bytes(c.n_heads, hd, cap_);
@@ -696,8 +699,8 @@ void LlamaModel::forward_device(const int32_t* tokens, int64_t n, float* logits,
     for (int64_t li = 0; li < c.n_layers; ++li) {
       const Layer& L = *layers_[static_cast<size_t>(li)];
       const DeviceState::LayerNorms& nm = *D.norms[static_cast<size_t>(li)];
-      float* kc = D.kc.f() + li * nkv * cap_ * hd;
-      float* vc = D.vc.f() + li * nkv * cap_ * hd;
+      const size_t kv0 = static_cast<size_t>(li * nkv * cap_ * hd) * (D.kv_bits ? 2 : 4);  // this layer's bytes
+      const cuda_ops::KvCache kv{static_cast<char*>(D.kc.p) + kv0, static_cast<char*>(D.vc.p) + kv0, D.kv_bits};
       bool all_nvfp4 = bits16;
       for (const Linear* l : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) all_nvfp4 = all_nvfp4 && l->q;
       if (all_nvfp4) {
@@ -714,9 +717,9 @@ void LlamaModel::forward_device(const int32_t* tokens, int64_t n, float* logits,
           L.k.q->forward(xb, n, D.kb.p, s);
           L.v.q->forward(xb, n, D.vb.p, s);
         }
-        cuda_ops::rope_store_kv(D.q.f(), D.k.f(), D.v.f(), n, nh, nkv, hd, D.rope.f(), pos_max, kc, vc, cap_, act_,
-                                s, pos_dev, qkv);
-        cuda_ops::attention(D.q.f(), kc, vc, n, pos_max, nh, nkv, hd, cap_, act_, D.att.f(), s, pos_dev, xb, D.attn.p);
+        cuda_ops::rope_store_kv(D.q.f(), D.k.f(), D.v.f(), n, nh, nkv, hd, D.rope.f(), pos_max, kv, cap_, act_, s,
+                                pos_dev, qkv);
+        cuda_ops::attention(D.q.f(), kv, n, pos_max, nh, nkv, hd, cap_, act_, D.att.f(), s, pos_dev, xb, D.attn.p);
         L.o.q->forward(xb, n, D.bits_out.p, s);
         cuda_ops::residual_add(D.x.f(), D.tmp.f(), n * H, act_, s, D.bits_out.u16());
         cuda_ops::rmsnorm(D.x.f(), nm.post_norm.f(), n, H, eps, act_, D.a.f(), s, xb);
@@ -736,10 +739,9 @@ void LlamaModel::forward_device(const int32_t* tokens, int64_t n, float* logits,
       lin(L.q, D.a.f(), n, D.q.f());
       lin(L.k, D.a.f(), n, D.k.f());
       lin(L.v, D.a.f(), n, D.v.f());
-      cuda_ops::rope_store_kv(D.q.f(), D.k.f(), D.v.f(), n, nh, nkv, hd, D.rope.f(), pos_max, kc, vc, cap_, act_, s,
+      cuda_ops::rope_store_kv(D.q.f(), D.k.f(), D.v.f(), n, nh, nkv, hd, D.rope.f(), pos_max, kv, cap_, act_, s,
                               pos_dev);
-      cuda_ops::attention(D.q.f(), kc, vc, n, pos_max, nh, nkv, hd, cap_, act_, D.att.f(), s, pos_dev, nullptr,
-                          D.attn.p);
+      cuda_ops::attention(D.q.f(), kv, n, pos_max, nh, nkv, hd, cap_, act_, D.att.f(), s, pos_dev, nullptr, D.attn.p);
       lin(L.o, D.att.f(), n, D.tmp.f());
       cuda_ops::residual_add(D.x.f(), D.tmp.f(), n * H, act_, s);
       cuda_ops::rmsnorm(D.x.f(), nm.post_norm.f(), n, H, eps, act_, D.a.f(), s);

@@ -156,9 +156,10 @@ TEST(CudaDecoderOps, RopeStoreAndAttentionAgainstF64) {
     Dev<float> dq(q), dk(k), dv(v), dcs(cs), dkc(kc), dvc(vc), out(std::vector<float>(n * nh * hd, NAN));
     Dev<float> out2(std::vector<float>(n * nh * hd, NAN));
     Dev<uint8_t> scratch(std::vector<uint8_t>(co::attention_scratch_bytes(nh, hd, cap), 0));
-    co::rope_store_kv(dq.p, dk.p, dv.p, n, nh, nkv, hd, dcs.p, pos0, dkc.p, dvc.p, cap, t, nullptr);
-    co::attention(dq.p, dkc.p, dvc.p, n, pos0, nh, nkv, hd, cap, t, out.p, nullptr, nullptr, nullptr, scratch.p);
-    co::attention(dq.p, dkc.p, dvc.p, n, pos0, nh, nkv, hd, cap, t, out2.p, nullptr, nullptr, nullptr, scratch.p);
+    const co::KvCache cache{dkc.p, dvc.p};
+    co::rope_store_kv(dq.p, dk.p, dv.p, n, nh, nkv, hd, dcs.p, pos0, cache, cap, t, nullptr);
+    co::attention(dq.p, cache, n, pos0, nh, nkv, hd, cap, t, out.p, nullptr, nullptr, nullptr, scratch.p);
+    co::attention(dq.p, cache, n, pos0, nh, nkv, hd, cap, t, out2.p, nullptr, nullptr, nullptr, scratch.p);
     const auto gq = dq.get(), gkc = dkc.get(), gvc = dvc.get(), go = out.get();
     ASSERT_EQ(go, out2.get()) << tag << ": a second call on the same scratch";
     // RoPE and the cache writes: the same f32 operations on both sides, exact.
@@ -220,16 +221,20 @@ TEST(CudaDecoderOps, RopeStoreAndAttentionAgainstF64) {
       }
     EXPECT_GT(worst, 0.0) << tag;  // the GPU did compute (a NaN-poisoned output would have failed above)
   }
-  // The split rule: ranges of 64 positions at the cache's capacity, one block per head group and token for a
-  // prompt; a one-token step on a cache that splits needs the scratch, refused before any launch.
-  EXPECT_EQ(co::attention_splits(1, 32, 2048), 32);
-  EXPECT_EQ(co::attention_splits(1, 32, 128), 2);
-  EXPECT_EQ(co::attention_splits(1, 32, 64), 1);
-  EXPECT_EQ(co::attention_splits(1, 32, 1 << 20), 64);
-  EXPECT_EQ(co::attention_splits(1, 64, 1 << 20), 32);  // at most 2048 blocks
-  EXPECT_EQ(co::attention_splits(5, 32, 2048), 1);
+  // The split rule: ranges of 64 positions at the cache's capacity, at most 64, and at most one wave of blocks
+  // (4 per SM, one head each); one block per head group and token for a prompt. A one-token step on a cache
+  // that splits needs the scratch, refused before any launch.
+  EXPECT_EQ(co::attention_splits(1, 32, 2048, 132), 16);  // 528 blocks in a wave
+  EXPECT_EQ(co::attention_splits(1, 32, 2048, 512), 32);
+  EXPECT_EQ(co::attention_splits(1, 32, 128, 132), 2);
+  EXPECT_EQ(co::attention_splits(1, 32, 64, 132), 1);
+  EXPECT_EQ(co::attention_splits(1, 32, 1 << 20, 132), 16);
+  EXPECT_EQ(co::attention_splits(1, 64, 1 << 20, 132), 8);
+  EXPECT_EQ(co::attention_splits(1, 4, 1 << 20, 132), 64);
+  EXPECT_EQ(co::attention_splits(1, 1000, 1 << 20, 132), 1);
+  EXPECT_EQ(co::attention_splits(5, 32, 2048, 132), 1);
   try {
-    co::attention(nullptr, nullptr, nullptr, 1, 5, 32, 8, 128, 2048, t, nullptr, nullptr);
+    co::attention(nullptr, co::KvCache{}, 1, 5, 32, 8, 128, 2048, t, nullptr, nullptr);
     ADD_FAILURE() << "attention without scratch on a split cache was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("scratch"), std::string::npos) << e.what();
@@ -323,21 +328,54 @@ TEST(CudaDecoderOps, BitsSidesAndDevicePositionEqualTheF32Forms) {
     co::to_bits16(k1.p, k.size(), t, kb.p, nullptr);
     co::to_bits16(v1.p, v.size(), t, vb.p, nullptr);
     Dev<int32_t> dpos(std::vector<int32_t>{static_cast<int32_t>(pos0)});
-    co::rope_store_kv(q1.p, k1.p, v1.p, n, nh, nkv, hd, dcs.p, pos0, kc1.p, vc1.p, cap, t, nullptr);
-    co::rope_store_kv(q2.p, k2.p, vnan.p, n, nh, nkv, hd, dcs.p, cap - n, kc2.p, vc2.p, cap, t, nullptr, dpos.p,
-                      {qb.p, kb.p, vb.p});
+    // The third cache holds T bit patterns (KvCache::bits), starting from the same rows.
+    Dev<uint16_t> kc3(bits_of(kc1)), vc3(bits_of(vc1));
+    const co::KvCache c1{kc1.p, vc1.p}, c3{kc3.p, vc3.p, true};
+    co::rope_store_kv(q1.p, k1.p, v1.p, n, nh, nkv, hd, dcs.p, pos0, c1, cap, t, nullptr);
+    co::rope_store_kv(q2.p, k2.p, vnan.p, n, nh, nkv, hd, dcs.p, cap - n, co::KvCache{kc2.p, vc2.p}, cap, t, nullptr,
+                      dpos.p, {qb.p, kb.p, vb.p});
     ASSERT_EQ(q1.get(), q2.get()) << tag;
     ASSERT_EQ(kc1.get(), kc2.get()) << tag;
     ASSERT_EQ(vc1.get(), vc2.get()) << tag;
-    Dev<float> a1(n * nh * hd), a2(n * nh * hd);
+    co::rope_store_kv(q2.p, k2.p, vnan.p, n, nh, nkv, hd, dcs.p, pos0, c3, cap, t, nullptr, nullptr,
+                      {qb.p, kb.p, vb.p});
+    ASSERT_EQ(kc3.get(), bits_of(kc1)) << tag;
+    ASSERT_EQ(vc3.get(), bits_of(vc1)) << tag;
+    Dev<float> a1(n * nh * hd), a2(n * nh * hd), a3(n * nh * hd);
     Dev<uint16_t> ab(n * nh * hd);
-    co::attention(q1.p, kc1.p, vc1.p, n, pos0, nh, nkv, hd, cap, t, a1.p, nullptr);
-    co::attention(q1.p, kc1.p, vc1.p, n, cap - n, nh, nkv, hd, cap, t, a2.p, nullptr, dpos.p, ab.p);
+    co::attention(q1.p, c1, n, pos0, nh, nkv, hd, cap, t, a1.p, nullptr);
+    co::attention(q1.p, c1, n, cap - n, nh, nkv, hd, cap, t, a2.p, nullptr, dpos.p, ab.p);
+    co::attention(q1.p, c3, n, pos0, nh, nkv, hd, cap, t, a3.p, nullptr);
     const auto ha = a1.get();
     ASSERT_EQ(ha, a2.get()) << tag;
     ASSERT_EQ(ab.get(), bits_of(a1)) << tag;
+    ASSERT_EQ(ha, a3.get()) << tag << ": attention from the T-bits cache";
     double nz = 0;
     for (float z : ha) nz += std::fabs(z);
     EXPECT_GT(nz, 0.0) << tag;
+    // The T-bits cache on one-token steps split over many blocks (a prompt of 3 tokens too): the same bits as
+    // the f32 cache holding the same values.
+    for (const int64_t p0 : {int64_t{5}, int64_t{700}, int64_t{1500}}) {
+      const int64_t lnh = 8, lnkv = 2, lhd = 128, lcap = 2048, ln = p0 == 700 ? 3 : 1;
+      const auto lq = rnd(ln * lnh * lhd, 1.0f, 31, t);
+      Dev<float> dq(lq), lk(rnd(lnkv * lcap * lhd, 1.0f, 32, t)), lv(rnd(lnkv * lcap * lhd, 1.0f, 33, t));
+      Dev<uint16_t> lkb(bits_of(lk)), lvb(bits_of(lv));
+      Dev<uint8_t> scratch(std::vector<uint8_t>(co::attention_scratch_bytes(lnh, lhd, lcap), 0));
+      Dev<float> l1(std::vector<float>(lq.size(), NAN)), l3(std::vector<float>(lq.size(), NAN));
+      co::attention(dq.p, co::KvCache{lk.p, lv.p}, ln, p0, lnh, lnkv, lhd, lcap, t, l1.p, nullptr, nullptr, nullptr,
+                    scratch.p);
+      co::attention(dq.p, co::KvCache{lkb.p, lvb.p, true}, ln, p0, lnh, lnkv, lhd, lcap, t, l3.p, nullptr, nullptr,
+                    nullptr, scratch.p);
+      const auto h1 = l1.get();
+      ASSERT_EQ(h1, l3.get()) << tag << " position " << p0;
+      ASSERT_FALSE(std::isnan(h1[0])) << tag << " position " << p0;
+    }
+  }
+  // A T-bits cache needs a 16-bit activation type.
+  try {
+    co::attention(nullptr, co::KvCache{nullptr, nullptr, true}, 1, 5, 4, 2, 64, 64, DType::F32, nullptr, nullptr);
+    ADD_FAILURE() << "a T-bits cache with F32 activations was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("KV cache"), std::string::npos) << e.what();
   }
 }

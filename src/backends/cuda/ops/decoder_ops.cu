@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <string>
 #include <type_traits>
@@ -63,6 +64,24 @@ __device__ __forceinline__ float round_t(float x, int t) {
   return x;
 }
 
+// A KV cache entry (decoder_ops.h's KvCache): C float holds the value, C uint16_t its T bit pattern (t 1 or 2).
+// Both 16-bit conversions and a select, no branch: a branch on t between a block's cache loads kept them from
+// being issued together (each waited for the one before; attention took twice as long).
+template <typename C>
+__device__ __forceinline__ float cache_value(C c, int t) {
+  if constexpr (std::is_same_v<C, float>) {
+    return c;
+  } else {
+    const float b = bf16_value(c), h = __half2float(__ushort_as_half(c));
+    return t == 1 ? b : h;
+  }
+}
+template <typename C>
+__device__ __forceinline__ C cache_entry(float x, int t) {
+  if constexpr (std::is_same_v<C, float>) return x;
+  else return bits_t(x, t);
+}
+
 // Sum over a block (blockDim.x a multiple of 32, <= 1024); every thread gets the result.
 template <typename V>
 __device__ V block_sum(V v, V* sh) {
@@ -97,15 +116,23 @@ using nvfp4::cuda::detail::pdl_wait;
 // kernel after it (an NVFP4 linear streams its first weights before it waits) starts while it runs, and at
 // most one grid waits ahead of the running one. Below sm_90 (and for a kernel launched without the attribute)
 // pdl_wait returns at once and the launches are ordinary.
-bool programmatic_here() {
-  static std::atomic<int> major[64];  // per device: compute capability major + 1; 0 = not read yet
+// An attribute of the current device, read once per device (cache: value + 1 per device, 0 = not read yet).
+int current_device_attribute(cudaDeviceAttr a, std::atomic<int> (&cache)[64]) {
   int dev = 0;
   check(cudaGetDevice(&dev), "cudaGetDevice");
-  if (dev < 64 && major[dev].load(std::memory_order_relaxed) > 0) return major[dev].load(std::memory_order_relaxed) > 9;
-  int m = 0;
-  check(cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, dev), "cudaDeviceGetAttribute");
-  if (dev < 64) major[dev].store(m + 1, std::memory_order_relaxed);
-  return m >= 9;
+  if (dev < 64 && cache[dev].load(std::memory_order_relaxed) > 0) return cache[dev].load(std::memory_order_relaxed) - 1;
+  int v = 0;
+  check(cudaDeviceGetAttribute(&v, a, dev), "cudaDeviceGetAttribute");
+  if (dev < 64) cache[dev].store(v + 1, std::memory_order_relaxed);
+  return v;
+}
+bool programmatic_here() {
+  static std::atomic<int> major[64];
+  return current_device_attribute(cudaDevAttrComputeCapabilityMajor, major) >= 9;
+}
+int sms_here() {
+  static std::atomic<int> sms[64];
+  return current_device_attribute(cudaDevAttrMultiProcessorCount, sms);
 }
 
 template <typename... P, typename... A>
@@ -234,8 +261,9 @@ __global__ void k_rmsnorm(const float* x, const float* w, int64_t d, float eps, 
 }
 
 // ---- RoPE + KV store: one thread per (token, head, i < hd/2) over q heads then k heads ------------------
+template <typename C>
 __global__ void k_rope_store(float* q, float* k, const float* v, int64_t n, int64_t nh, int64_t nkv, int64_t hd,
-                             const float* cs, int64_t pos0, const int32_t* pos_dev, float* kc, float* vc,
+                             const float* cs, int64_t pos0, const int32_t* pos_dev, C* kc, C* vc,
                              int64_t cap, int t, const uint16_t* qb, const uint16_t* kb, const uint16_t* vb,
                              int64_t bstride) {
   op_begin();
@@ -261,13 +289,13 @@ __global__ void k_rope_store(float* q, float* k, const float* v, int64_t n, int6
   vec[e] = na;
   vec[e + half] = nb;
   if (!is_q) {
-    float* kd = kc + (h * cap + p) * hd;
-    float* vd = vc + (h * cap + p) * hd;
+    C* kd = kc + (h * cap + p) * hd;
+    C* vd = vc + (h * cap + p) * hd;
     const int64_t vat = (i * nkv + h) * hd;
-    kd[e] = na;
-    kd[e + half] = nb;
-    vd[e] = vb ? value_t(vb[bat + e], t) : v[vat + e];
-    vd[e + half] = vb ? value_t(vb[bat + e + half], t) : v[vat + e + half];
+    kd[e] = cache_entry<C>(na, t);
+    kd[e + half] = cache_entry<C>(nb, t);
+    vd[e] = cache_entry<C>(vb ? value_t(vb[bat + e], t) : v[vat + e], t);
+    vd[e + half] = cache_entry<C>(vb ? value_t(vb[bat + e + half], t) : v[vat + e + half], t);
   }
 }
 
@@ -289,9 +317,12 @@ constexpr int kAttnThreads = 32 * kAttnWarps;
 constexpr int64_t kMaxHeadDim = 256;
 constexpr int64_t kMaxScores = 32768;  // per block (heads x positions): 128 KiB (opt-in shared memory above 32 KiB)
 // Decoding: a split takes at least kMinSplitPositions positions, and the grid offers enough splits for ranges
-// of kSplitPositions at the cache's capacity, at most kMaxSplits and kMaxSplitBlocks blocks (at one head per
-// block).
-constexpr int64_t kMinSplitPositions = 32, kSplitPositions = 64, kMaxSplits = 64, kMaxSplitBlocks = 2048;
+// of kSplitPositions at the cache's capacity, at most kMaxSplits, and no more blocks (one head each) than one
+// wave holds at kDecodeBlocksPerSm per SM (the one-token kernel's launch bound): a second wave repeats each
+// block's fixed latency (32 heads on 132 SMs at ~1800 positions: 32 splits, two waves, 2.66 ms per step of the
+// Llama-3-8B-shaped model; 16 splits, one wave, 2.57 ms; docs/PERF.md).
+constexpr int64_t kMinSplitPositions = 32, kSplitPositions = 64, kMaxSplits = 64;
+constexpr int kDecodeBlocksPerSm = 4;
 // Positions per warp and round: one-token steps (kDecode) 8 where the registers allow; a prompt's blocks (many
 // per head: throughput, not latency) 4, with the value rows in the second pass only.
 template <int kE, bool kDecode, int kG>
@@ -310,25 +341,33 @@ int attn_heads_per_block(int64_t nh, int64_t nkv, int64_t hd) {
 }
 
 // The lane's elements of kP cache rows s0, s0 + kAttnWarps, ... (zero at hi and past, or past hd).
-template <int kP, int kE>
-__device__ __forceinline__ void load_positions(const float* rows, int64_t s0, int64_t hi, int64_t hd, int l,
+template <int kP, int kE, typename C>
+__device__ __forceinline__ void load_positions(const C* rows, int64_t s0, int64_t hi, int64_t hd, int l, int t,
                                                float (&r)[kP][kE]) {
+  C c[kP][kE];  // every load issued before any is converted
 #pragma unroll
   for (int j = 0; j < kP; ++j) {
     const int64_t s = s0 + j * kAttnWarps;
 #pragma unroll
-    for (int u = 0; u < kE; ++u) r[j][u] = s < hi && l + 32 * u < hd ? rows[s * hd + l + 32 * u] : 0.0f;
+    for (int u = 0; u < kE; ++u) c[j][u] = s < hi && l + 32 * u < hd ? rows[s * hd + l + 32 * u] : C(0);
   }
+#pragma unroll
+  for (int j = 0; j < kP; ++j)
+#pragma unroll
+    for (int u = 0; u < kE; ++u) r[j][u] = cache_value<C>(c[j][u], t);
 }
 
 // Scratch of a decoding step: one arrival counter per block of heads (nh of them at most, padded to 256 bytes),
 // then per head and split hd + 2 floats: acc[hd], m, l.
 constexpr size_t counter_bytes(int64_t nh) { return static_cast<size_t>((nh * 4 + 255) / 256 * 256); }
 
-template <int kE, bool kDecode, int kG>
-__global__ void k_attention(const float* q, const float* kc, const float* vc, int64_t pos0, const int32_t* pos_dev,
-                            int64_t nh, int64_t nkv, int64_t hd, int64_t cap, float scale, int t, float* out,
-                            uint16_t* ob, int max_splits, int64_t srow, int* counters, float* partial) {
+// One-token steps' blocks are held to 128 registers (4 blocks per SM): the T-bits cache's conversions took the
+// hd 128 kernel to 133 (3 blocks per SM) otherwise.
+template <int kE, bool kDecode, int kG, typename C>
+__global__ void __launch_bounds__(kAttnThreads, kDecode ? kDecodeBlocksPerSm : 1)
+    k_attention(const float* q, const C* kc, const C* vc, int64_t pos0, const int32_t* pos_dev, int64_t nh,
+                int64_t nkv, int64_t hd, int64_t cap, float scale, int t, float* out, uint16_t* ob, int max_splits,
+                int64_t srow, int* counters, float* partial) {
   constexpr int kP = attn_pos<kE, kDecode, kG>();
   op_begin();
   if (pos_dev) pos0 = *pos_dev;
@@ -345,8 +384,8 @@ __global__ void k_attention(const float* q, const float* kc, const float* vc, in
   if (z >= splits) return;
   const int64_t per = (p + splits) / splits;
   const int64_t lo = z * per, hi = min(p + 1, lo + per);
-  const float* kb = kc + g * cap * hd;
-  const float* vb = vc + g * cap * hd;
+  const C* kb = kc + g * cap * hd;
+  const C* vb = vc + g * cap * hd;
   float qv[kG][kE];
 #pragma unroll
   for (int r = 0; r < kG; ++r)
@@ -359,9 +398,9 @@ __global__ void k_attention(const float* q, const float* kc, const float* vc, in
   for (int r = 0; r < kG; ++r) mx[r] = -INFINITY;
   for (int64_t s0 = lo + w; s0 < hi; s0 += kRound) {
     float kv[kP][kE];
-    load_positions(kb, s0, hi, hd, l, kv);
+    load_positions(kb, s0, hi, hd, l, t, kv);
     if constexpr (kDecode) {
-      if (s0 == lo + w) load_positions(vb, s0, hi, hd, l, v0);
+      if (s0 == lo + w) load_positions(vb, s0, hi, hd, l, t, v0);
     }
 #pragma unroll
     for (int j = 0; j < kP; ++j) {
@@ -407,7 +446,7 @@ __global__ void k_attention(const float* q, const float* kc, const float* vc, in
 #pragma unroll
         for (int u = 0; u < kE; ++u) vv[j][u] = v0[kDecode ? j : 0][u];
     } else {
-      load_positions(vb, s0, hi, hd, l, vv);
+      load_positions(vb, s0, hi, hd, l, t, vv);
     }
 #pragma unroll
     for (int j = 0; j < kP; ++j) {
@@ -520,34 +559,49 @@ void rmsnorm(const float* x, const float* w, int64_t m, int64_t d, float eps, DT
 }
 
 void rope_store_kv(float* q, float* k, const float* v, int64_t n, int64_t nh, int64_t nkv, int64_t hd,
-                   const float* cs, int64_t pos0, float* kc, float* vc, int64_t cap, DType t, void* stream,
+                   const float* cs, int64_t pos0, const KvCache& cache, int64_t cap, DType t, void* stream,
                    const int32_t* pos_dev, const QkvBits& bits) {
   if (pos0 + n > cap) fail("cuda decoder op rope_store_kv: positions beyond the KV cache");
   check_bits16(t, bits.q || bits.k || bits.v, "rope_store_kv");
+  check_bits16(t, cache.bits, "rope_store_kv (KV cache)");
   if (bits.stride < 0 || (bits.stride > 0 && bits.stride < std::max(nh, nkv) * hd))
     fail("cuda decoder op rope_store_kv: bits rows of " + std::to_string(bits.stride) + " elements, shorter than a row");
   const int64_t total = n * (nh + nkv) * (hd / 2);
   if (total == 0) return;
-  launch_op("rope_store_kv", k_rope_store, blocks_for(total, 256), 256, 0, stream, q, k, v, n, nh, nkv, hd, cs, pos0,
-            pos_dev, kc, vc, cap, code_of(t), bits.q, bits.k, bits.v, bits.stride);
+  auto go = [&](auto* kc, auto* vc) {
+    launch_op("rope_store_kv", k_rope_store<std::remove_pointer_t<decltype(kc)>>, blocks_for(total, 256), 256, 0,
+              stream, q, k, v, n, nh, nkv, hd, cs, pos0, pos_dev, kc, vc, cap, code_of(t), bits.q, bits.k, bits.v,
+              bits.stride);
+  };
+  if (cache.bits) go(static_cast<uint16_t*>(cache.k), static_cast<uint16_t*>(cache.v));
+  else go(static_cast<float*>(cache.k), static_cast<float*>(cache.v));
 }
 
-int attention_splits(int64_t n, int64_t nh, int64_t cap) {
+namespace {
+// Splits for ranges of kSplitPositions at the cache's capacity, 1 .. most.
+int64_t splits_for_cap(int64_t cap, int64_t most) {
+  return std::clamp<int64_t>((cap + kSplitPositions - 1) / kSplitPositions, 1, most);
+}
+}  // namespace
+
+int attention_splits(int64_t n, int64_t nh, int64_t cap, int sms) {
   if (n != 1 || nh <= 0) return 1;
-  const int64_t most = std::max<int64_t>(1, std::min<int64_t>(kMaxSplits, kMaxSplitBlocks / nh));
-  return static_cast<int>(std::clamp<int64_t>((cap + kSplitPositions - 1) / kSplitPositions, 1, most));
+  if (sms <= 0) sms = sms_here();
+  const int64_t wave = static_cast<int64_t>(sms) * kDecodeBlocksPerSm;
+  return static_cast<int>(splits_for_cap(cap, std::max<int64_t>(1, std::min<int64_t>(kMaxSplits, wave / nh))));
 }
 
 size_t attention_scratch_bytes(int64_t nh, int64_t hd, int64_t cap) {
-  const int splits = attention_splits(1, nh, cap);
+  const int64_t splits = splits_for_cap(cap, kMaxSplits);  // at least attention_splits on any device
   return counter_bytes(nh) + static_cast<size_t>(nh * splits * (hd + 2)) * sizeof(float);
 }
 
-void attention(const float* q, const float* kc, const float* vc, int64_t n, int64_t pos0, int64_t nh, int64_t nkv,
-               int64_t hd, int64_t cap, DType t, float* out, void* stream, const int32_t* pos_dev,
-               uint16_t* out_bits, void* scratch) {
+void attention(const float* q, const KvCache& cache, int64_t n, int64_t pos0, int64_t nh, int64_t nkv, int64_t hd,
+               int64_t cap, DType t, float* out, void* stream, const int32_t* pos_dev, uint16_t* out_bits,
+               void* scratch) {
   if (n == 0) return;
   check_bits16(t, out_bits, "attention");
+  check_bits16(t, cache.bits, "attention (KV cache)");
   if (hd > kMaxHeadDim) fail("cuda decoder op attention: head_dim " + std::to_string(hd) + " > 256");
   if (nkv <= 0 || nh % nkv != 0) fail("cuda decoder op attention: heads not a multiple of kv heads");
   if (pos0 + n > cap) fail("cuda decoder op attention: positions beyond the KV cache");
@@ -575,7 +629,8 @@ void attention(const float* q, const float* kc, const float* vc, int64_t n, int6
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
   int* const counters = splits > 1 ? static_cast<int*>(scratch) : nullptr;
   float* const partial = splits > 1 ? reinterpret_cast<float*>(static_cast<char*>(scratch) + counter_bytes(nh)) : nullptr;
-  auto go = [&](auto kernel) {
+  // C: the cache's element (float, or uint16_t for T bit patterns).
+  auto go = [&](auto kernel, auto* kc, auto* vc) {
     // The static arrays (per-warp sums, reduction slots) take <= 4.2 KiB; past 32 KiB of scores the 48 KiB
     // default is opted out of.
     if (shmem > 32 * 1024) {
@@ -587,18 +642,23 @@ void attention(const float* q, const float* kc, const float* vc, int64_t n, int6
               dim3(kAttnThreads), shmem, stream, q, kc, vc, pos0, pos_dev, nh, nkv, hd, cap, scale, code_of(t), out,
               out_bits, splits, srow, counters, partial);
   };
-  auto by_heads = [&](auto e) {
+  auto by_heads = [&](auto e, auto* kc, auto* vc) {
     constexpr int kE = decltype(e)::value;
-    if (n == 1) go(k_attention<kE, true, 1>);
-    else if (heads == 1) go(k_attention<kE, false, 1>);
-    else if (heads == 2) go(k_attention<kE, false, 2>);
-    else if constexpr (kE <= 4) go(k_attention<kE, false, 4>);
+    using C = std::remove_const_t<std::remove_pointer_t<decltype(kc)>>;
+    if (n == 1) go(k_attention<kE, true, 1, C>, kc, vc);
+    else if (heads == 1) go(k_attention<kE, false, 1, C>, kc, vc);
+    else if (heads == 2) go(k_attention<kE, false, 2, C>, kc, vc);
+    else if constexpr (kE <= 4) go(k_attention<kE, false, 4, C>, kc, vc);
     else fail("cuda decoder op attention: 4 query heads per block need head_dim <= 128");
   };
-  if (hd <= 32) by_heads(std::integral_constant<int, 1>{});
-  else if (hd <= 64) by_heads(std::integral_constant<int, 2>{});
-  else if (hd <= 128) by_heads(std::integral_constant<int, 4>{});
-  else by_heads(std::integral_constant<int, 8>{});
+  auto by_dim = [&](auto* kc, auto* vc) {
+    if (hd <= 32) by_heads(std::integral_constant<int, 1>{}, kc, vc);
+    else if (hd <= 64) by_heads(std::integral_constant<int, 2>{}, kc, vc);
+    else if (hd <= 128) by_heads(std::integral_constant<int, 4>{}, kc, vc);
+    else by_heads(std::integral_constant<int, 8>{}, kc, vc);
+  };
+  if (cache.bits) by_dim(static_cast<const uint16_t*>(cache.k), static_cast<const uint16_t*>(cache.v));
+  else by_dim(static_cast<const float*>(cache.k), static_cast<const float*>(cache.v));
 }
 
 void silu_mul(float* g, const float* u, int64_t n, DType t, void* stream, const uint16_t* g_bits,

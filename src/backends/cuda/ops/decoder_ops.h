@@ -42,10 +42,18 @@ void rmsnorm(const float* x, const float* w, int64_t m, int64_t d, float eps, DT
 
 // For token i: RoPE (HF rotate_half, cs: (cap, hd) = hd/2 cos then hd/2 sin per position)
 // on q (n, nh, hd) in place and on k (n, nkv, hd) in place, results rounded to t; then k and v (n, nkv, hd)
-// are stored into the layer's caches kc / vc: (nkv, cap, hd) f32. With `bits`, q / k / v are read from those
+// are stored into the layer's cache (KvCache). With `bits`, q / k / v are read from those
 // bit patterns (the rotated q and k are still written to q and k); token i's row of each starts at i · stride
 // elements (stride 0: rows packed, nh · hd for q and nkv · hd for k and v; a fused q/k/v linear's output has
 // one row of (nh + 2 nkv) · hd per token, q, k and v side by side).
+// A layer's KV cache: keys and values, (nkv, cap, hd) each, as f32 or (bits; t F16 or BF16) as the T bit
+// patterns of the same values: every cached value is representable in t, so half the bytes hold the same
+// numbers and attention computes the same bits from either form.
+struct KvCache {
+  void* k = nullptr;
+  void* v = nullptr;
+  bool bits = false;
+};
 struct QkvBits {
   const uint16_t* q = nullptr;
   const uint16_t* k = nullptr;
@@ -53,24 +61,26 @@ struct QkvBits {
   int64_t stride = 0;
 };
 void rope_store_kv(float* q, float* k, const float* v, int64_t n, int64_t nh, int64_t nkv, int64_t hd,
-                   const float* cs, int64_t pos0, float* kc, float* vc, int64_t cap, DType t, void* stream,
+                   const float* cs, int64_t pos0, const KvCache& cache, int64_t cap, DType t, void* stream,
                    const int32_t* pos_dev = nullptr, const QkvBits& bits = {});
 
 // Causal attention with GQA (query head j reads kv head j / (nh/nkv)): for token i at position p = pos0 + i,
-// out[i, j] = T( Σ_{s<=p} softmax_s(q·k_s / sqrt(hd)) · v_s ). q, out: (n, nh, hd); kc, vc: (nkv, cap, hd).
+// out[i, j] = T( Σ_{s<=p} softmax_s(q·k_s / sqrt(hd)) · v_s ). q, out: (n, nh, hd); the cache as rope_store_kv's.
 // A prompt's block takes up to 4 query heads of one kv head and reads each cached row once for them. Decoding (n == 1)
 // splits the positions over up to attention_splits(n, nh, cap) blocks per head (1 + p / 32 of them at most:
-// the count depends on p alone, so a replayed graph and a direct call compute the same numbers), each summing
+// the count depends on p, the cache and the device alone, so a replayed graph and a direct call compute the
+// same numbers; no more blocks than one wave of the device holds), each summing
 // its positions against its own maximum; the last block of a head to finish adds the splits' sums in split
 // order. Their partial sums meet in `scratch`: attention_scratch_bytes(nh, hd, cap) bytes of device memory,
 // zeroed before its first use (the kernel leaves it zeroed again); needed when attention_splits > 1. Limits:
 // hd <= 256, at most 32768 scores per block (they live in shared memory): a prompt's tokens see up to 32768
 // positions (its blocks take fewer heads as that grows), a one-token step up to 32768 per split. Throws
 // otherwise.
-int attention_splits(int64_t n, int64_t nh, int64_t cap);
+// sms: the device's SM count (<= 0: the current device's).
+int attention_splits(int64_t n, int64_t nh, int64_t cap, int sms = 0);
 size_t attention_scratch_bytes(int64_t nh, int64_t hd, int64_t cap);
-void attention(const float* q, const float* kc, const float* vc, int64_t n, int64_t pos0, int64_t nh, int64_t nkv,
-               int64_t hd, int64_t cap, DType t, float* out, void* stream, const int32_t* pos_dev = nullptr,
+void attention(const float* q, const KvCache& cache, int64_t n, int64_t pos0, int64_t nh, int64_t nkv, int64_t hd,
+               int64_t cap, DType t, float* out, void* stream, const int32_t* pos_dev = nullptr,
                uint16_t* out_bits = nullptr, void* scratch = nullptr);
 
 // g (n) = T(T(silu(g)) · u)   (silu in f64). With bits_cols > 0, element i of g_bits and u_bits is at
