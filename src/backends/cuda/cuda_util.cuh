@@ -34,16 +34,29 @@ __device__ __forceinline__ float e4m3_to_f32(uint32_t code) {
   return (code & 0x80) ? -v : v;
 }
 
-// Non-negative f32 (already clamped to <= 448) -> e4m3 with round to nearest even; NaN -> 0x7F.
-__device__ __forceinline__ uint32_t e4m3_from_f32_pos(float x) {
+// Non-negative f32 (already clamped to <= 448) -> e4m3 with round to nearest even; NaN -> 0x7F. In integer
+// operations (sm_80, which has no FP8 convert instruction; and the reference of the one below).
+__device__ __forceinline__ uint32_t e4m3_from_f32_pos_int(float x) {
   if (!(x == x)) return 0x7F;
   if (x < 0.015625f) return static_cast<uint32_t>(__float2int_rn(__fmul_rn(x, 512.0f)));  // m · 2^-9
   const uint32_t b = __float_as_uint(x);
   const uint32_t r = (b + 0x7FFFFu + ((b >> 20) & 1u)) >> 20;
   return r - (120u << 3);
 }
+// The same, on sm_89+ by the convert instruction (round to nearest even, saturating to 448, NaN -> 0x7F: equal
+// to the integer form for every non-negative f32 up to 448 and NaN, which a GPU test checks for each of them).
+__device__ __forceinline__ uint32_t e4m3_from_f32_pos(float x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  uint16_t r;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.0f), "f"(x));  // x in the low byte
+  return r & 0xFFu;
+#else
+  return e4m3_from_f32_pos_int(x);
+#endif
+}
 
-// E2M1 encoding: e2m1_encode_bits (dequant_bits.h, checked on the host for every f32).
+// E2M1 encoding: e2m1_encode_bits (dequant_bits.h, checked on the host for every f32); the value of the code
+// without the code: e2m1_round_f32 (likewise).
 
 // E2M1 code (low 4 bits) -> f32, exact.
 __device__ __forceinline__ float e2m1_to_f32(uint32_t code) {

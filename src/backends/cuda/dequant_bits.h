@@ -135,4 +135,28 @@ NVFP4_HD uint32_t e2m1_encode_bits(float y) {
   return b > 0x7F800000u ? 0u : (mag | ((u >> 28) & 8u));
 }
 
+// The value of y's E2M1 code, e2m1 value of e2m1_encode_bits(y), without the code (the quantize-dequantize
+// kernels need only the value): |y| clamped to 6, rounded to the E2M1 grid by adding and subtracting
+// c = 1.5·2^(22 + j) (j = 0, 1, 2 below 2, below 4, above: f32 spacing 2^(j-1) there, and c a whole even number
+// of spacings, so the f32 addition's ties to even are the grid's), the sign of y put back (-0 for a negative y
+// that rounds to zero), NaN -> +0. 10 operations against the encoder's 12 and the decoder's 6. Checked against
+// the encoder and e2m1_decode for every f32 by the tests.
+NVFP4_HD float e2m1_round_f32(float y) {
+  uint32_t u;
+  std::memcpy(&u, &y, 4);
+  const float a = fminf(fabsf(y), 6.0f);
+  const float c = a < 2.0f ? 0x1.8p22f : a < 4.0f ? 0x1.8p23f : 0x1.8p24f;
+#ifdef __CUDA_ARCH__
+  const float r = __fsub_rn(__fadd_rn(a, c), c);
+#else
+  const float r = (a + c) - c;  // two f32 roundings (IEEE, no reassociation without -ffast-math)
+#endif
+  uint32_t rb;
+  std::memcpy(&rb, &r, 4);
+  rb |= u & 0x80000000u;
+  float out;
+  std::memcpy(&out, &rb, 4);
+  return y == y ? out : 0.0f;
+}
+
 }  // namespace nvfp4::cuda
