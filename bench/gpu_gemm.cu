@@ -10,6 +10,8 @@
 //                   [--tile-mb 16,32,64] (large-M path's dequantized tile size; one row each there)
 //                   [--custom 12672x8192,...] (other layer shapes: alone, instead of the listed ones; with
 //                   --shapes, after them; no Marlin column)
+//                   [--quantizer-rows] (W4A4 at M = 1: also a row with the quantizer kernel before the GEMM,
+//                   path "fused-qk", where the default has the decode kernel quantize the row itself)
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -132,7 +134,7 @@ int main(int argc, char** argv) {
   std::vector<int64_t> splits_list, tile_mbs;
   std::vector<Shape> custom;
   bool shapes_set = false;
-  bool quant = true;
+  bool quant = true, quantizer_rows = false;
   int reps = 50;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) {
@@ -166,6 +168,8 @@ int main(int argc, char** argv) {
       }
     } else if (!std::strcmp(argv[i], "--no-quant")) {
       quant = false;
+    } else if (!std::strcmp(argv[i], "--quantizer-rows")) {
+      quantizer_rows = true;
     } else if (!std::strcmp(argv[i], "--no-programmatic")) {
       cuda::set_programmatic_launch(false);
     } else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
@@ -173,7 +177,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr, "usage: bench_gemm [--quick] [--shapes 0,1,..] [--m 1,16,..] [--xover 32,..|none] [--grid-rules 0,1,2,3,4,5,6] "
                            "[--no-quant] [--no-programmatic] [--splits 1,2,..] [--tile-mb 16,32,..] [--custom NxK,..] "
-                           "[--reps N]\n");
+                           "[--quantizer-rows] [--reps N]\n");
       return 2;
     }
   }
@@ -298,24 +302,28 @@ int main(int argc, char** argv) {
       // per tile size on the large-M path; one row otherwise.
       struct Variant {
         int rule, splits, tile_mb;
+        bool quantizer = false;  // W4A4 at M = 1: the quantizer kernel instead of the decode kernel's own
       };
       std::vector<Variant> variants;
       for (int64_t r : rules) variants.push_back({static_cast<int>(r), 0, 0});
       for (int64_t sp : splits_list) variants.push_back({static_cast<int>(rules.front()), static_cast<int>(sp), 0});
       for (int64_t t : tile_mbs) variants.push_back({static_cast<int>(rules.front()), 0, static_cast<int>(t)});
+      if (quantizer_rows && m == 1) variants.push_back({static_cast<int>(rules.front()), 0, 0, true});
       for (int sidx = 0; sidx < 3; ++sidx) {
         const bool fused_path = m <= cuda::fused_max_m(*lin[sidx][0]);
         bool printed = false;
         for (size_t vi = 0; vi < variants.size(); ++vi) {
           const Variant& v = variants[vi];
-          const bool per_rule = v.rule >= 0 && fused_path && !v.splits && !v.tile_mb;
+          const bool per_quantizer = v.quantizer && fused_path && sidx > 0;
+          const bool per_rule = v.rule >= 0 && fused_path && !v.splits && !v.tile_mb && !v.quantizer;
           const bool per_split = v.splits > 0 && fused_path && m > 32;
           const bool per_tile = v.tile_mb > 0 && !fused_path;
-          const bool plain = !v.splits && !v.tile_mb && !per_rule;
-          if (!(per_rule || per_split || per_tile || (plain && !printed))) continue;
+          const bool plain = !v.splits && !v.tile_mb && !per_rule && !v.quantizer;
+          if (!(per_quantizer || per_rule || per_split || per_tile || (plain && !printed))) continue;
           printed = true;
           for (auto& l : lin[sidx]) {
-            cuda::set_fused_grid_rule(*l, per_rule || per_split ? v.rule : -1);
+            cuda::set_fused_grid_rule(*l, per_rule || per_split || per_quantizer ? v.rule : -1);
+            cuda::set_row_quant(*l, !per_quantizer);
             cuda::set_wgmma_splits(*l, per_split ? v.splits : 0);
             if (per_tile)
               cuda::set_weight_tile_rows(*l, static_cast<int>(std::max<int64_t>(16, (int64_t{v.tile_mb} << 20) / (2 * k) / 16 * 16)));
@@ -326,9 +334,12 @@ int main(int argc, char** argv) {
             cuda::set_fused_grid_rule(*l, -1);
             cuda::set_wgmma_splits(*l, 0);
             cuda::set_weight_tile_rows(*l, 0);
+            cuda::set_row_quant(*l, true);
           }
           char path[32];
-          if (per_tile)
+          if (per_quantizer)
+            std::snprintf(path, sizeof path, "fused-qk");
+          else if (per_tile)
             std::snprintf(path, sizeof path, "cublas-t%dMB", v.tile_mb);
           else if (!fused_path)
             std::snprintf(path, sizeof path, "cublas");

@@ -47,6 +47,14 @@ bool programmatic_launch_enabled() { return g_programmatic.load(std::memory_orde
 constexpr int64_t kWeightChunkBytes = 64ll << 20;  // bound of the dequantized weight tile workspace
 // Grid rule of the fused kernel (set_fused_grid_rule's numbering; docs/PERF.md has the measurements).
 constexpr int kDefaultGridRule = 7;
+// W4A4 at M = 1: the most shared memory a block of the decode kernel takes for quantizing the row itself (8
+// warps' K ranges of dequantized values; 32 KB: 3 blocks per SM with the kernels' own 4-16 KB).
+constexpr int64_t kRowQuantMaxSmem = 32 << 10;
+// ... and the most activation values its blocks quantize per SM (every block quantizes the whole row, split over
+// its K ranges): measured (docs/PERF.md, change 64) faster than the quantizer kernel before the GEMM at 7.9k
+// (4096x4096, 0.6-0.8 µs of 6.5-8.1) and 11.9k (6144x4096, 0.3-0.5 µs), slower at 13.9k (28672x4096, 0.5-0.9
+// µs of 21.7) and above (4096x14336 27.8k, 10240x8192 19.9k, 57344x8192 55.6k: 0.7-6.1 µs); ~1 µs per 10k.
+constexpr int64_t kRowQuantMaxValuesPerSm = 12288;
 
 
 template <typename P>
@@ -227,6 +235,15 @@ class CudaLinearImpl final : public CudaLinear {
     chunk_rows_ = static_cast<int>(std::min<int64_t>(rows, n16_ * 16));
   }
   void set_grid_rule(int r) { grid_rule_ = r; }
+  void set_row_quant(int on) { row_quant_ = on; }
+  // W4A4 at M = 1: whether the decode kernel quantizes the row itself (GemmParams::x_gs) instead of a quantizer
+  // kernel before it (row_quant_pays).
+  bool row_quant(int64_t m) const {
+    if (m != 1 || row_quant_ == 0) return false;
+    const int rule = grid_rule_ < 0 ? kDefaultGridRule : grid_rule_;
+    return row_quant_pays(decode_grid(m, n16_, kc_, sms_, rule, weight_mode(), k_ % 64 != 0), kc_, sms_);
+  }
+
   void set_splits(int s, int rb0) {
     NVFP4_CHECK(rb0 >= 0 && static_cast<int64_t>(rb0) * detail::kWgmmaRows < n_,
                 "cuda linear: first split block " + std::to_string(rb0) + " outside the " + std::to_string(n_) + " rows");
@@ -261,6 +278,13 @@ class CudaLinearImpl final : public CudaLinear {
     // W4A4: the activations are quantized and written back dequantized (exact e2m1·sx, or vLLM's
     // T(e2m1·f32(sx/gs_x))), so both paths multiply T operands equal to the ones the semantics defines.
     const bool vllm = sem_ == Semantics::W4A4_VLLM;
+    if (!large && row_quant(m)) {
+      p.x = x;
+      p.x_gs = x_enc_;
+      p.x_inv_gs = 1.0f / x_enc_;  // IEEE division, as the quantizer kernel's
+      p.out_scale = out_factor_ * weight_unscale();
+      return fused(p, weight_mode(), false, stream);
+    }
     const size_t deq_bytes = static_cast<size_t>(m * k_ * 2);
     PerStreamBuffer* shared = !large && m <= detail::kQuadMaxRows && deq_bytes <= kDecodeActBytes
                                   ? decode_act_buffer(device_, stream)
@@ -319,6 +343,8 @@ class CudaLinearImpl final : public CudaLinear {
       slots = 2ll * sms_;
     }
     if (!after_quantizer && 5 * g.blocks < 4 * slots) p.programmatic = false;
+    if (p.x_gs > 0.0f)  // the decode kernel quantizes the row itself: its warps' K ranges in shared memory
+      p.dyn_smem = std::max<int>(p.dyn_smem, static_cast<int>(detail::row_quant_smem_bytes(kc_, g.wk)));
     detail::launch_fused_gemm(p, act_, mode, g.nt, g.nw, g.light, stream);
   }
 
@@ -406,6 +432,7 @@ class CudaLinearImpl final : public CudaLinear {
   int sms_ = 132;
   int smem_per_sm_ = 0;
   int grid_rule_ = -1;
+  int row_quant_ = -1;  // W4A4 at M = 1, the decode kernel quantizing the row: -1 default (row_quant), 0 never
   int forced_splits_ = 0;  // wgmma kernel's K split, 0 = wgmma_split's
   int forced_split_rb0_ = 0;  // and its first split block of 256 rows
   bool wgmma_ = false;  // the device runs the sm_90a wgmma kernel
@@ -429,6 +456,11 @@ void set_fused_max_m(CudaLinear& l, int64_t fused_max_m) {
 }
 
 void set_fused_grid_rule(CudaLinear& l, int rule) { dynamic_cast<CudaLinearImpl&>(l).set_grid_rule(rule); }
+void set_row_quant(CudaLinear& l, bool on) { dynamic_cast<CudaLinearImpl&>(l).set_row_quant(on ? -1 : 0); }
+bool row_quant_active(const CudaLinear& l, int64_t m) {
+  const auto& c = dynamic_cast<const CudaLinearImpl&>(l);
+  return c.semantics() != Semantics::W4A16 && m <= c.fused_max_m() && c.row_quant(m);
+}
 
 void set_wgmma_splits(CudaLinear& l, int splits, int split_rb0) {
   dynamic_cast<CudaLinearImpl&>(l).set_splits(splits, split_rb0);
@@ -453,6 +485,11 @@ int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k, bool wgmma) {
   // flavour loses earlier on N = 4096 layers.
   if (s != Semantics::W4A4_VLLM) return nk < (48ll << 20) ? 64 : nk < (200ll << 20) ? 96 : 128;
   return n < 6144 ? 32 : 64;
+}
+
+bool row_quant_pays(const DecodeGrid& g, int64_t kc, int sms) {
+  const int64_t smem = detail::row_quant_smem_bytes(kc, g.wk);  // 8 warps' K ranges of 2-byte values
+  return g.nt == 1 && smem <= kRowQuantMaxSmem && g.blocks * (smem / 2) <= kRowQuantMaxValuesPerSm * sms;
 }
 
 DecodeGrid decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, int rule, detail::Mode mode, bool partial_chunk) {

@@ -32,6 +32,11 @@ void set_weight_tile_rows(CudaLinear& l, int rows);
 // warp, or of the light 16-token kernel in the exact-weight modes) split K half as much where that fills one
 // wave; 8: as 7 with the light kernels wherever they exist at M <= 16 (docs/PERF.md).
 void set_fused_grid_rule(CudaLinear& l, int rule);
+// W4A4 at M = 1: the decode kernel quantizes the activation row itself where row_quant_pays (true, the default),
+// or a quantizer kernel runs before it as at other M (false; measurements, tests).
+void set_row_quant(CudaLinear& l, bool on);
+// Whether a call of m rows takes that form (W4A4, M = 1, on the decode kernel, set_row_quant on, row_quant_pays).
+bool row_quant_active(const CudaLinear& l, int64_t m);
 // The decode kernel's grid for M <= 32 (or any M under rules 0-2 and off Hopper) under a grid rule >= 0 (host
 // rule, no device needed; mode: how the layer's weights are dequantized; partial_chunk: K % 64 != 0): token
 // tiles of 8·nt, nw weight tiles per warp, K split over wk warps of a block; light: the kernel variant that
@@ -45,6 +50,10 @@ struct DecodeGrid {
 };
 DecodeGrid decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, int rule,
                        detail::Mode mode = detail::Mode::Exact, bool partial_chunk = true);
+// Whether the decode kernel of grid g (M = 1) quantizes the W4A4 activation row itself rather than behind a
+// quantizer kernel (host rule): one token tile, the 8 warps' K ranges in at most 32 KB of shared memory, and at
+// most 12288 values quantized per SM over all blocks (each block quantizes the whole row; measured crossover).
+bool row_quant_pays(const DecodeGrid& g, int64_t kc, int sms);
 
 // Default crossover (largest M on the fused kernel) for a layer of this shape and semantics, on a device
 // that runs the wgmma kernel (M > 32) or not.

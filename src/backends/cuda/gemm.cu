@@ -16,6 +16,7 @@
 
 #include "backends/cuda/gemm.cuh"
 #include "backends/cuda/mma_frag.cuh"
+#include "backends/cuda/quantize_dev.cuh"
 #include "common/error.h"
 
 namespace nvfp4::cuda::detail {
@@ -95,11 +96,17 @@ constexpr bool pow2_table(int mode, int nw) { return mode == static_cast<int>(Mo
 // Accumulates chunks [c0, c1) of weight tiles tile0 .. tile0+kNW-1 (tiles past N16 are zero tiles whose
 // outputs are never stored) for the token rows m0 + 8j + g (j < kNT; rows past M re-read row M-1) into acc,
 // with Pipeline<kNT, kNW, kLight>'s register stages (pow2_tab: the block's table where pow2_table holds).
+// kQuant (M = 1, one token tile; GemmParams::x_gs): x is the raw row; after the wait the warp quantizes and
+// dequantizes its chunks' groups of it (four lanes per group, quad_quant_dequant with the block's table of group
+// factors: the quantizer kernel's arithmetic, so the values are the ones that kernel writes) into qbuf, its
+// ceil(kc / wk) chunks of shared memory, and reads its activations from there.
 // Pointers advance by a constant per chunk and the main loop has no per-element predicates; a last chunk that
 // reaches past K (K % 64 != 0) is done after it, with the lane's activations past K read as zero.
-template <typename T, int kMode, int kNT, int kNW, bool kLight>
-__device__ __forceinline__ void accumulate(const GemmParams& p, const uint2* pow2_tab, int tile0, int64_t m0,
-                                           int c0, int c1, float (&acc)[kNW][kNT][4]) {
+template <typename T, int kMode, int kNT, int kNW, bool kLight, bool kQuant>
+__device__ __forceinline__ void accumulate(const GemmParams& p, const uint2* pow2_tab, const float2* factors,
+                                           uint2* qbuf, int tile0, int64_t m0, int c0, int c1,
+                                           float (&acc)[kNW][kNT][4]) {
+  static_assert(!kQuant || kNT == 1, "the kernel quantizes one token row only");
   using P = Pipeline<kNT, kNW, kLight>;
   constexpr int kS = P::kS, kU = P::kU;
   // chunks per trip of the main loop: whole turns of the ring, an even number with two activation buffers
@@ -196,6 +203,31 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, const uint2* pow
   // weights while this grid's last blocks run (it waits for this grid before it touches activations or y).
   // Not before our own wait: then at most one grid waits ahead of the running one.
   pdl_launch_dependents();
+  if constexpr (kQuant) {
+    const int quarters = (c1 - c0) * 16;  // of groups of 16; a group's four lanes are in or out together
+    const int64_t kq = p.k / 4;
+    const uint2* xr = static_cast<const uint2*>(p.x) + static_cast<int64_t>(c0) * 16;
+    // Batches of kQuantBatch quarters per lane, every load of a batch issued before its arithmetic (one
+    // round trip per batch: the shuffles kept the compiler from hoisting a later quarter's load).
+    constexpr int kQuantBatch = 8;
+    for (int q0 = 0; q0 < quarters; q0 += 32 * kQuantBatch) {
+      uint2 raw[kQuantBatch];
+#pragma unroll
+      for (int b = 0; b < kQuantBatch; ++b) {
+        const int q = q0 + 32 * b + lane;
+        raw[b] = q < quarters && c0 * 16ll + q < kq ? xr[q] : make_uint2(0, 0);  // past K: zeros, never read
+      }
+#pragma unroll
+      for (int b = 0; b < kQuantBatch; ++b) {
+        const int q = q0 + 32 * b + lane;
+        if (q0 + 32 * b >= quarters) break;  // warp-uniform
+        const uint2 d = quad_quant_dequant<T>(raw[b], p.x_gs, [factors](uint32_t s8) { return factors[s8]; });
+        if (q < quarters) qbuf[q] = d;
+      }
+    }
+    __syncwarp();
+    xq[0] = reinterpret_cast<const uint4*>(qbuf) + 2 * t;  // the lane's 16 values of chunk c at 8·(c - c0)
+  }
   if (P::kActInStage) {
     load_stage_acts(st[0], c0);
   } else if (c0 < cm) {
@@ -239,15 +271,17 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, const uint2* pow
 // Block: 8 warps; warp w handles kNW consecutive 16-row weight tiles (sharing the activation fragments) and
 // one of p.wk K ranges; the wk partial sums of a tile group are added in a fixed order (deterministic).
 // Grid: x = token tiles of 8·kNT (fastest, so blocks reading the same weights run together), y = tile groups.
-template <typename T, int kMode, int kNT, int kNW, bool kLight>
+template <typename T, int kMode, int kNT, int kNW, bool kLight, bool kQuant>
 __global__ void __launch_bounds__(256, fused_blocks_per_sm(kNT, kNW, kLight)) fused_gemm_kernel(const GemmParams p) {
   __shared__ float red[8][kNW * kNT * 4][32];
+  // kQuant: row_quant_smem_bytes; otherwise unused (p.dyn_smem caps occupancy)
+  extern __shared__ __align__(16) uint2 row_smem[];
   constexpr bool kTable = pow2_table(kMode, kNW);  // one entry per thread (blocks of 256 threads)
   __shared__ uint2 pow2_tab[kTable ? 256 : 1];
-  if constexpr (kTable) {
-    pow2_tab[threadIdx.x] = pow2_table_entry<T>(threadIdx.x, p.w_dec);
-    __syncthreads();
-  }
+  __shared__ float2 factors[kQuant ? kGroupFactors : 1];  // kQuant: fill_group_factors of the flavour
+  if constexpr (kTable) pow2_tab[threadIdx.x] = pow2_table_entry<T>(threadIdx.x, p.w_dec);
+  if constexpr (kQuant) fill_group_factors<kMode != static_cast<int>(Mode::Exact)>(factors, p.x_gs, p.x_inv_gs);
+  if constexpr (kTable || kQuant) __syncthreads();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int wk = p.wk, wn = warp / wk, kk = warp % wk;
   const int tile0 = (blockIdx.y * (8 / wk) + wn) * kNW;
@@ -265,7 +299,8 @@ __global__ void __launch_bounds__(256, fused_blocks_per_sm(kNT, kNW, kLight)) fu
   if (active) {
     const int per = (p.kc + wk - 1) / wk;
     const int c0 = kk * per, c1 = min(p.kc, c0 + per);
-    accumulate<T, kMode, kNT, kNW, kLight>(p, pow2_tab, tile0, m0, c0, c1, acc);
+    accumulate<T, kMode, kNT, kNW, kLight, kQuant>(p, pow2_tab, factors, row_smem + warp * per * 16, tile0, m0, c0,
+                                                   c1, acc);
   } else {
     pdl_wait();  // y is written below: not before the previous kernel is done with it
     pdl_launch_dependents();
@@ -293,7 +328,7 @@ __global__ void __launch_bounds__(256, fused_blocks_per_sm(kNT, kNW, kLight)) fu
   store_tiles<T, kNT, kNW>(p, tile0, m0, acc);
 }
 
-template <typename T, int kMode, int kNT, int kNW, bool kLight = false>
+template <typename T, int kMode, int kNT, int kNW, bool kLight, bool kQuant>
 void launch_kernel(const GemmParams& p, cudaStream_t stream) {
   NVFP4_CHECK(p.k % 64 == 0 || (p.wk - 1) * ceil_div(p.kc, p.wk) < p.kc,
               "fused kernel: a K split of " + std::to_string(p.kc) + " chunks (the last partial) over " +
@@ -301,34 +336,34 @@ void launch_kernel(const GemmParams& p, cudaStream_t stream) {
   const int groups_per_block = 8 / p.wk;
   dim3 grid(static_cast<unsigned>(ceil_div(p.m, 8 * kNT)),
             static_cast<unsigned>(ceil_div(ceil_div(p.n16, kNW), groups_per_block)));
-  constexpr auto kernel = fused_gemm_kernel<T, kMode, kNT, kNW, kLight>;
+  constexpr auto kernel = fused_gemm_kernel<T, kMode, kNT, kNW, kLight, kQuant>;
   if (p.dyn_smem > 0) raise_dynamic_smem_limit<kernel>(p.dyn_smem);
   launch_maybe_programmatic(p.programmatic, kernel, grid, dim3(256), static_cast<size_t>(p.dyn_smem), stream, p);
 }
 
-template <typename T, int kMode, int kNT>
+template <typename T, int kMode, int kNT, bool kQuant = false>
 void launch_nt(const GemmParams& p, int nw, bool light, cudaStream_t stream) {
   switch (nw) {
     case 1:
       if constexpr (kNT == 2) {
         if (light) {
-          launch_kernel<T, kMode, kNT, 1, true>(p, stream);
+          launch_kernel<T, kMode, kNT, 1, true, kQuant>(p, stream);
           break;
         }
       }
-      launch_kernel<T, kMode, kNT, 1>(p, stream);
+      launch_kernel<T, kMode, kNT, 1, false, kQuant>(p, stream);
       break;
     case 2:
       if constexpr (kNT == 1) {
         if (light) {
-          launch_kernel<T, kMode, kNT, 2, true>(p, stream);
+          launch_kernel<T, kMode, kNT, 2, true, kQuant>(p, stream);
           break;
         }
       }
-      launch_kernel<T, kMode, kNT, 2>(p, stream);
+      launch_kernel<T, kMode, kNT, 2, false, kQuant>(p, stream);
       break;
     default:
-      if constexpr (kNT < 4) launch_kernel<T, kMode, kNT, 4>(p, stream);
+      if constexpr (kNT < 4) launch_kernel<T, kMode, kNT, 4, false, kQuant>(p, stream);
       break;
   }
 }
@@ -337,7 +372,10 @@ template <typename T, int kMode>
 void launch_mode(const GemmParams& p, int nt, int nw, bool light, cudaStream_t stream) {
   switch (nt) {
     case 1:
-      launch_nt<T, kMode, 1>(p, nw, light, stream);
+      if (p.x_gs > 0.0f)
+        launch_nt<T, kMode, 1, true>(p, nw, light, stream);
+      else
+        launch_nt<T, kMode, 1>(p, nw, light, stream);
       break;
     case 2:
       launch_nt<T, kMode, 2>(p, nw, light, stream);
@@ -427,6 +465,9 @@ __global__ void add_bias_kernel(T* __restrict__ y, const float* __restrict__ bia
 }  // namespace
 
 void launch_fused_gemm(const GemmParams& p, DType act, Mode mode, int nt, int nw, bool light, cudaStream_t stream) {
+  NVFP4_CHECK(p.x_gs == 0.0f || (nt == 1 && p.m == 1 && p.dyn_smem >= row_quant_smem_bytes(p.kc, p.wk)),
+              "fused kernel: quantizing the activations in the kernel needs M = 1, one token tile and " +
+                  std::to_string(row_quant_smem_bytes(p.kc, p.wk)) + " bytes of shared memory");
   if (act == DType::BF16)
     launch_t<__nv_bfloat16>(p, mode, nt, nw, light, stream);
   else

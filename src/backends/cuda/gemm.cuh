@@ -27,7 +27,14 @@ struct GemmParams {
   int splits = 1;                   // wgmma kernel: blocks splitting K of each split row block
   int split_rb0 = 0;                // wgmma kernel: first split row block (256 rows); those before it whole
   float* partial = nullptr;         // (splits, m, N - 256·split_rb0) f32 when splits > 1
+  float x_gs = 0.0f;                // > 0 (decode kernel, m = 1, one token tile, W4A4): x is the raw row, which
+  float x_inv_gs = 0.0f;            // each warp quantizes and dequantizes itself over its own K range (global
+                                    // scale x_gs, 1 / x_gs; the weight mode's flavour) into shared memory
 };
+
+// Shared memory of the decode kernel's own quantization (GemmParams::x_gs): each of the 8 warps holds its K range
+// of ceil(kc / wk) chunks of 64 dequantized T values.
+constexpr int64_t row_quant_smem_bytes(int64_t kc, int wk) { return 8 * ((kc + wk - 1) / wk) * 64 * 2; }
 
 // Blocks of 8 warps per SM the fused kernel for token tiles of 8·nt and nw weight tiles per warp is
 // compiled to fit (its register budget: 80 registers for one weight tile per warp with one token tile, or for

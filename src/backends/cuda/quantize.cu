@@ -1,33 +1,11 @@
-// Run-time activation quantizer (SPEC §4), bit-exact with format/quant.h's quantize_activations: every
-// f32 operation is an explicitly rounded intrinsic (no FMA contraction), the reciprocals are IEEE
-// divisions, and E2M1/E4M3 rounding is done in software (sm_90 has no FP4 convert instruction).
+// Run-time activation quantizer (SPEC §4), bit-exact with format/quant.h's quantize_activations (the
+// arithmetic: quantize_dev.cuh).
 #include "backends/cuda/cuda_util.cuh"
 #include "backends/cuda/quantize.cuh"
+#include "backends/cuda/quantize_dev.cuh"
 
 namespace nvfp4::cuda::detail {
 namespace {
-
-// The f32 values of kN consecutive T values (kN / 8 16-byte vectors, or one 8-byte vector for kN = 4).
-template <typename T, int kN, typename V>
-__device__ __forceinline__ void to_f32s(const V* raw, float (&v)[kN]) {
-  using A = Act<T>;
-  const typename A::T2* v2 = reinterpret_cast<const typename A::T2*>(raw);
-#pragma unroll
-  for (int i = 0; i < kN / 2; ++i) {
-    v[2 * i] = A::to_f32(v2[i], 0);
-    v[2 * i + 1] = A::to_f32(v2[i], 1);
-  }
-}
-
-// A group's E4M3 scale byte from its largest magnitude vmax (NaNs ignored), and os, the f32 factor that takes
-// its values to E2M1 (0 for a zero scale).
-__device__ __forceinline__ uint32_t group_scale(float vmax, float gs, float inv_gs, float& os) {
-  const float prod = __fmul_rn(gs, __fmul_rn(vmax, __uint_as_float(0x3E2AAAABu)));
-  const uint32_t s8 = e4m3_from_f32_pos(fminf(prod, 448.0f));
-  const float s8f = e4m3_to_f32(s8);
-  os = s8 == 0 ? 0.0f : __fdiv_rn(1.0f, __fmul_rn(s8f, inv_gs));
-  return s8;
-}
 
 // Quantizes one group of 16 values: returns the E4M3 scale byte and the two code words (linear nibble order).
 template <typename T>
@@ -46,18 +24,6 @@ __device__ __forceinline__ uint32_t quantize_group(const uint4 (&raw)[2], float 
     w[i / 8] |= e2m1_encode_bits(__fmul_rn(v[i], os)) << (4 * (i % 8));
   }
   return s8;
-}
-
-// The dequantized value the W4A4 GEMMs multiply: exact e2m1 · sx, or the vLLM flavour's T(e2m1 · f32(sx / gs))
-// (sc: dequant_factor's sx, or f32(sx / gs), of the group's scale byte s8).
-template <bool kVllm>
-__device__ __forceinline__ float dequant_factor(uint32_t s8, float gs) {
-  const float s = e4m3_to_f32(s8);
-  return kVllm ? __fdiv_rn(s, gs) : s;
-}
-template <typename T>
-__device__ __forceinline__ T dequant_value(uint32_t code, float sc) {
-  return Act<T>::one(__fmul_rn(e2m1_to_f32(code), sc));
 }
 
 // Two consecutive groups at src (four 16-byte vectors, all loaded before the arithmetic): their 16 code bytes
@@ -177,8 +143,9 @@ __global__ void __launch_bounds__(256) quantize_dequant_kernel(const T* __restri
 }
 
 // The same for decode sizes, where the quantizer's latency is what the GEMM waits for: four lanes per group,
-// four values each; the group's largest magnitude is the maximum of the lanes' (fmaxf is exact and
-// order-free on magnitudes, and NaNs are ignored either way), so scales and codes equal quantize_group's.
+// four values each (quad_quant_dequant, the factors computed per group: a table filled first, as the decode
+// kernel's own quantization reads, made this kernel 0.3-0.45 µs slower at M = 16, where it is launched
+// normally and the filling is on the critical path; docs/PERF.md, change 64).
 // Launched programmatically (decode sizes with a per-stream output buffer): it waits for the kernel before it
 // (which may write x, or still read `out` as the previous layer's GEMM), and only then lets the GEMM after it
 // start, so that at most one grid waits ahead of the running one.
@@ -190,20 +157,9 @@ __global__ void __launch_bounds__(256) quantize_dequant_quad_kernel(const T* __r
   const int64_t q = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;  // quarter-group
   const bool in = q < total * 4;  // a group's four lanes are in or out together (the shuffles need them all)
   const uint2 raw = in ? reinterpret_cast<const uint2*>(x)[q] : make_uint2(0, 0);
-  float v[4];
-  to_f32s<T>(&raw, v);
-  float vmax = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) vmax = fmaxf(vmax, fabsf(v[i]));
-  vmax = fmaxf(vmax, __shfl_xor_sync(0xFFFFFFFFu, vmax, 1));
-  vmax = fmaxf(vmax, __shfl_xor_sync(0xFFFFFFFFu, vmax, 2));
-  float os;
-  const uint32_t s8 = group_scale(vmax, gs, inv_gs, os);
-  const float sc = dequant_factor<kVllm>(s8, gs);
-  alignas(8) T vals[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) vals[i] = dequant_value<T>(e2m1_encode_bits(__fmul_rn(v[i], os)), sc);
-  if (in) reinterpret_cast<uint2*>(out)[q] = *reinterpret_cast<const uint2*>(vals);
+  const uint2 vals =
+      quad_quant_dequant<T>(raw, gs, [gs, inv_gs](uint32_t s8) { return group_factors<kVllm>(s8, gs, inv_gs); });
+  if (in) reinterpret_cast<uint2*>(out)[q] = vals;
 }
 
 template <typename T>

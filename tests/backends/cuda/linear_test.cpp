@@ -486,6 +486,55 @@ TEST(CudaLinear, VllmWeightsBitExactOnEveryPath) {
   }
 }
 
+// W4A4 at M = 1: the decode kernel quantizing the activation row itself (set_row_quant) gives the bits of the
+// path with the quantizer kernel before it, in both flavours (the vLLM one in its power-of-two and per-weight
+// forms), bf16 and fp16: one tile per warp, two (the 2-block and, rule 8, the light kernel) and four; K split
+// over 8 warps and fewer; K not a multiple of 64 (1040); a group of zeros, one of 10^4 and one of 10^-6 in the
+// row (scales 0, saturated codes, subnormal scales). Layers whose warps' K ranges would not fit the shared memory
+// the form may take (K = 32768 at M = 1) keep the quantizer kernel.
+TEST(CudaLinear, RowQuantEqualsTheQuantizerKernel) {
+  NVFP4_REQUIRE_GPU();
+  struct Case {
+    int64_t n, k;
+    int rule;
+  };
+  const Case cases[] = {{4096, 1024, -1}, {1100, 4096, -1}, {40, 512, -1},    {512, 1040, -1},
+                        {4100, 1024, 8},  {57344, 256, -1}, {16400, 192, -1}, {16, 64, -1}};
+  uint32_t seed = 7100;
+  int active = 0, total = 0;
+  for (DType t : {DType::BF16, DType::F16})
+    for (Semantics s : {Semantics::W4A4, Semantics::W4A4_VLLM})
+      for (const Case& c : cases) {
+        // fp16 vLLM: a weight global scale whose power-of-two plan does not fit (per-weight rounding).
+        const float w_enc = t == DType::F16 && s == Semantics::W4A4_VLLM ? ct_global_enc(0.37f, t) : 2688.0f / 0.3f;
+        const LinearWeights w =
+            random_layer(c.n, c.k, scale_range(0x28, 0x5F), w_enc, true, 2688.0f / 7.0f, true, t, seed++);
+        auto x = random_activations(t, 1, c.k, 1.0f, seed++);
+        for (int64_t i = 0; i < 16 && 48 + i < c.k; ++i) {
+          x[static_cast<size_t>(i)] = to_bits16(t, 0.0f);
+          x[static_cast<size_t>(16 + i)] = to_bits16(t, from_bits16(t, x[static_cast<size_t>(16 + i)]) * 1e4f);
+          x[static_cast<size_t>(32 + i)] = to_bits16(t, from_bits16(t, x[static_cast<size_t>(32 + i)]) * 1e-6f);
+        }
+        const std::string what = label(s, t, 1, c.n, c.k) + "/rule" + std::to_string(c.rule);
+        auto with = [&](bool on) {
+          return run_gpu(w, s, t, x, 1, 0, c.rule, -1, [on](CudaLinear& l) { set_row_quant(l, on); });
+        };
+        {
+          auto lin = CudaLinear::create(w, s, t, 0);
+          set_fused_grid_rule(*lin, c.rule);
+          active += row_quant_active(*lin, 1);
+          ++total;
+        }
+        const std::vector<uint16_t> y = with(true);
+        check_y(w, t, 1, y, reference(w, s, t, x, 1), what);
+        EXPECT_EQ(y, with(false)) << what << ": the two forms differ";
+      }
+  EXPECT_EQ(active, total) << "every case must take the kernel's own quantization";
+  const LinearWeights big = random_layer(16, 32768, {0x38}, 2688.0f, true, 2688.0f, false, DType::BF16, seed);
+  EXPECT_FALSE(row_quant_active(*CudaLinear::create(big, Semantics::W4A4, DType::BF16, 0), 1));
+  EXPECT_FALSE(row_quant_active(*CudaLinear::create(big, Semantics::W4A16, DType::BF16, 0), 1));
+}
+
 // Thread i calls layers[i] `calls` times on x = xs[i] (its first m rows), on `shared` or, if null, on a
 // stream of its own, each call into a NaN-poisoned y; counts the calls whose y differs from want[i] and the
 // CUDA or executor errors.

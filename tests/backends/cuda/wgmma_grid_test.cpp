@@ -186,5 +186,35 @@ TEST(CudaDecodeGrid, TilesPerWarpAndSplitByRule) {
   }
 }
 
+// W4A4 at M = 1, the decode kernel quantizing the row itself or a quantizer kernel before it (row_quant_pays),
+// on the default grid: the bench layers on either side of the measured crossover of 12288 values per SM (blocks
+// x 8 warps x their K range), layers whose K ranges take more than 32 KB of shared memory, small models' layers,
+// and the one-tile-only condition. Values per SM worked out by hand: 4096x4096 256·8·512/132 = 7944, 6144x4096
+// 11916, 28672x4096 224·8·1024/132 = 13902, 4096x14336 256·8·1792/132 = 27803; 8192x28672 K ranges of 3584
+// values, 56 KB; 576x576 18·8·192/132 = 209.
+TEST(CudaDecodeGrid, RowQuantWhereItPays) {
+  struct Case {
+    int64_t n, k;
+    bool pays;
+  };
+  const Case cases[] = {{4096, 4096, true},    {6144, 4096, true},   {28672, 4096, false}, {4096, 14336, false},
+                        {10240, 8192, false},  {57344, 8192, false}, {8192, 28672, false}, {576, 576, true},
+                        {1536, 576, true},     {576, 1536, true},    {2048, 2048, true},   {16, 32768, false}};
+  for (const Case& c : cases) {
+    const int64_t kc = ceil_div(c.k, 64);
+    const DecodeGrid g = decode_grid(1, c.n / 16, kc, 132, 7, detail::Mode::Exact, c.k % 64 != 0);
+    EXPECT_EQ(row_quant_pays(g, kc, 132), c.pays) << c.n << "x" << c.k;
+  }
+  // 16 tokens (two token tiles) never: the kernel quantizes one row.
+  const DecodeGrid g16 = decode_grid(16, 256, 64, 132, 7);
+  EXPECT_FALSE(row_quant_pays(g16, 64, 132));
+  // The limit is per SM: 4096x4096's grid of 256 one-tile blocks on a quarter of the SMs would quantize 4x the
+  // values per SM (that device's own grid takes 4 tiles per warp and 64 blocks, and pays again).
+  const DecodeGrid g4096 = decode_grid(1, 256, 64, 132, 7);
+  EXPECT_TRUE(row_quant_pays(g4096, 64, 132));
+  EXPECT_FALSE(row_quant_pays(g4096, 64, 33));
+  EXPECT_TRUE(row_quant_pays(decode_grid(1, 256, 64, 33, 7), 64, 33));
+}
+
 }  // namespace
 }  // namespace nvfp4::cuda

@@ -1,0 +1,90 @@
+// Device functions of the run-time activation quantizer (SPEC §4) shared by its kernels (quantize.cu) and by
+// the decode GEMM that quantizes a one-token row itself (gemm.cu). Every f32 operation is an explicitly
+// rounded intrinsic (no FMA contraction), the reciprocals are IEEE divisions, and E2M1/E4M3 rounding is done
+// in software (sm_90 has no FP4 convert instruction): bit-exact with format/quant.h's quantize_activations.
+#pragma once
+#include "backends/cuda/cuda_util.cuh"
+
+namespace nvfp4::cuda::detail {
+
+// The f32 values of kN consecutive T values (kN / 8 16-byte vectors, or one 8-byte vector for kN = 4).
+template <typename T, int kN, typename V>
+__device__ __forceinline__ void to_f32s(const V* raw, float (&v)[kN]) {
+  using A = Act<T>;
+  const typename A::T2* v2 = reinterpret_cast<const typename A::T2*>(raw);
+#pragma unroll
+  for (int i = 0; i < kN / 2; ++i) {
+    v[2 * i] = A::to_f32(v2[i], 0);
+    v[2 * i + 1] = A::to_f32(v2[i], 1);
+  }
+}
+
+// A group's E4M3 scale byte from its largest magnitude vmax (NaNs ignored; SPEC §4 step 2).
+__device__ __forceinline__ uint32_t group_scale_byte(float vmax, float gs) {
+  const float prod = __fmul_rn(gs, __fmul_rn(vmax, __uint_as_float(0x3E2AAAABu)));
+  return e4m3_from_f32_pos(fminf(prod, 448.0f));
+}
+
+// f32(1 / f32(s · inv_gs)) for a group's scale byte s8 (SPEC §4 step 3; 0 for a zero scale): the factor that
+// takes the group's values to E2M1.
+__device__ __forceinline__ float scale_reciprocal(uint32_t s8, float inv_gs) {
+  return s8 == 0 ? 0.0f : __fdiv_rn(1.0f, __fmul_rn(e4m3_to_f32(s8), inv_gs));
+}
+
+// A group's scale byte, and os = scale_reciprocal of it.
+__device__ __forceinline__ uint32_t group_scale(float vmax, float gs, float inv_gs, float& os) {
+  const uint32_t s8 = group_scale_byte(vmax, gs);
+  os = scale_reciprocal(s8, inv_gs);
+  return s8;
+}
+
+// The dequantized value the W4A4 GEMMs multiply: exact e2m1 · sx, or the vLLM flavour's T(e2m1 · f32(sx / gs))
+// (sc: dequant_factor's sx, or f32(sx / gs), of the group's scale byte s8).
+template <bool kVllm>
+__device__ __forceinline__ float dequant_factor(uint32_t s8, float gs) {
+  const float s = e4m3_to_f32(s8);
+  return kVllm ? __fdiv_rn(s, gs) : s;
+}
+template <typename T>
+__device__ __forceinline__ T dequant_value(uint32_t code, float sc) {
+  return Act<T>::one(__fmul_rn(e2m1_to_f32(code), sc));
+}
+
+// The two factors of every scale byte a group can get (0 .. 0x7F: the scale is non-negative; 0x7F is NaN), for
+// a table in shared memory that the decode kernel's own quantization (gemm.cu) reads instead of a conversion and
+// one or two IEEE divisions per group: (os, sc) = (scale_reciprocal, dequant_factor). Threads 0 .. 127 of the
+// block fill it; a barrier must follow before it is read. It depends on the global scale only, so the kernel
+// fills it before waiting for the previous kernel.
+constexpr int kGroupFactors = 128;
+template <bool kVllm>
+__device__ __forceinline__ float2 group_factors(uint32_t s8, float gs, float inv_gs) {
+  return make_float2(scale_reciprocal(s8, inv_gs), dequant_factor<kVllm>(s8, gs));
+}
+template <bool kVllm>
+__device__ __forceinline__ void fill_group_factors(float2* tab, float gs, float inv_gs) {
+  if (threadIdx.x < kGroupFactors) tab[threadIdx.x] = group_factors<kVllm>(threadIdx.x, gs, inv_gs);
+}
+
+// Quantize-dequantize of a group of 16 values held by four consecutive lanes (lanes 4i .. 4i+3, four values
+// each, in order): returns this lane's four dequantized values, dequant_value of their codes (e2m1_round_f32
+// gives the codes' values), with the group's factors from `factors(s8)` (group_factors, or a table of them).
+// The group's largest magnitude is the maximum of the lanes' (fmaxf is exact and order-free on magnitudes, and
+// NaNs are ignored either way), so scales and codes equal a one-lane quantization's. Every lane of the warp must
+// call it (the shuffles); a group outside the data passes zeros (and gets zeros).
+template <typename T, typename F>
+__device__ __forceinline__ uint2 quad_quant_dequant(uint2 raw, float gs, F factors) {
+  float v[4];
+  to_f32s<T>(&raw, v);
+  float vmax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) vmax = fmaxf(vmax, fabsf(v[i]));
+  vmax = fmaxf(vmax, __shfl_xor_sync(0xFFFFFFFFu, vmax, 1));
+  vmax = fmaxf(vmax, __shfl_xor_sync(0xFFFFFFFFu, vmax, 2));
+  const float2 f = factors(group_scale_byte(vmax, gs));
+  float d[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) d[i] = __fmul_rn(e2m1_round_f32(__fmul_rn(v[i], f.x)), f.y);
+  return make_uint2(as_u32(Act<T>::pack(d[0], d[1])), as_u32(Act<T>::pack(d[2], d[3])));
+}
+
+}  // namespace nvfp4::cuda::detail
