@@ -558,12 +558,28 @@ DecodeGrid decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, int rule, de
   // K not a multiple of 64: every warp gets chunks. A K split whose ranges of ceil(kc / wk) chunks are used up
   // before the last warp (17 chunks over 8 warps of 3) takes half as many warps: a warp without chunks would
   // add the chunk past K again. (With whole chunks such a warp adds nothing: 9 chunks over 4 warps of 3.)
-  while (partial_chunk && wk > 1 && (wk - 1) * ceil_div(kc, wk) >= kc) wk /= 2;
+  auto fit_partial = [&](int w) {
+    while (partial_chunk && w > 1 && (w - 1) * ceil_div(kc, w) >= kc) w /= 2;
+    return w;
+  };
+  wk = fit_partial(wk);
   g.nw = nw;
   g.wk = wk;
   g.blocks = mblocks * ceil_div(groups, 8 / wk);
   g.slots = slots(nw);
   g.light = light2;
+  // Rule 7 on, M <= 8, the vLLM flavour's power-of-two form: a grid of 4 tiles per warp in one wave of the
+  // 2-block kernel runs the light two-tile kernel with the largest K split instead, as rule 8 does (28672x4096:
+  // 224 blocks, M = 1 30.4-30.5 µs -> 896 light blocks 29.3-29.5, M = 8 30.6-30.7 -> 29.6; the exact modes lose
+  // 2.2 µs there, and 57344x8192 with 3.4 waves of 4-tile blocks 0.8 µs; docs/PERF.md, change 65).
+  if (rule == 7 && nt == 1 && mode == detail::Mode::VllmPow2 && nw == 4 && g.blocks <= g.slots) {
+    light2 = true;
+    g.nw = 2;
+    g.wk = fit_partial(max_wk);
+    g.blocks = mblocks * ceil_div(ceil_div(n16, 2), 8 / g.wk);
+    g.slots = slots(2);
+    g.light = true;
+  }
   // 16 tokens, one tile per warp, rule 3 on: a grid that needs more than one wave of the 2-block kernel runs
   // the light one (3 blocks per SM, shorter register stages); within one wave the 2-block kernel's deeper
   // stages win (6144x4096 at M = 16, 384 blocks: 11.3 -> 8.2 µs; 4096x4096, 256 blocks: 6.3 with the 2-block

@@ -162,6 +162,12 @@ TEST(CudaDecodeGrid, TilesPerWarpAndSplitByRule) {
       {16, 1792, 64, 7, kExact, 2, 4, 4, 224, 264, false, "28672x4096 m16 rule 7"},
       // ... and leaves the other grids as rule 3 has them: 57344x8192 needs 3.4 waves.
       {1, 3584, 128, 7, kExact, 1, 4, 8, 896, 264, false, "57344x8192 m1 rule 7"},
+      // The power-of-two form at M <= 8: 28672x4096's one wave of 224 four-tile blocks becomes 896 light two-tile
+      // blocks with the full K split (rule 8's grid); 57344x8192's 3.4 waves keep their four tiles.
+      {1, 1792, 64, 7, kPow2, 1, 2, 8, 896, 396, true, "28672x4096 m1 rule 7 vllm pow2"},
+      {8, 1792, 64, 7, kPow2, 1, 2, 8, 896, 396, true, "28672x4096 m8 rule 7 vllm pow2"},
+      {16, 1792, 64, 7, kPow2, 2, 4, 4, 224, 264, false, "28672x4096 m16 rule 7 vllm pow2"},
+      {1, 3584, 128, 7, kPow2, 1, 4, 8, 896, 264, false, "57344x8192 m1 rule 7 vllm pow2"},
       {16, 512, 448, 7, kExact, 2, 2, 8, 256, 264, false, "8192x28672 m16 rule 7"},
       {1, 256, 64, 7, kExact, 1, 1, 8, 256, 396, false, "4096x4096 m1 rule 7"},
       // Rule 8: the light kernels everywhere at M <= 16.
