@@ -91,7 +91,11 @@ struct Pipeline {
 // with 2 and 4 tiles per warp, 3.5-7% faster at M = 1 and 16 on the layers that run them; with one tile per warp
 // the one-tile kernel gained 2% on 4096x4096 and lost 1-3% on 6144x4096 and 4096x14336, and the light 16-token
 // kernel spilled and lost 2-4% (docs/PERF.md, change 58).
-constexpr bool pow2_table(int mode, int nw) { return mode == static_cast<int>(Mode::VllmPow2) && nw >= 2; }
+// The kernels that quantize the W4A4 row themselves fill a table and wait at a barrier anyway: there one tile per
+// warp takes the table too (6144x4096 at M = 1 9.7-9.8 -> 9.4-9.5 µs, 4096x4096 unchanged; change 66).
+constexpr bool pow2_table(int mode, int nw, bool quant) {
+  return mode == static_cast<int>(Mode::VllmPow2) && (nw >= 2 || quant);
+}
 
 // Accumulates chunks [c0, c1) of weight tiles tile0 .. tile0+kNW-1 (tiles past N16 are zero tiles whose
 // outputs are never stored) for the token rows m0 + 8j + g (j < kNT; rows past M re-read row M-1) into acc,
@@ -170,7 +174,7 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, const uint2* pow
                    bool next) {
     next = next && !P::kActInStage;
     uint32_t ws2[kNW][2], wsx[kNW][2];
-    if constexpr (pow2_table(kMode, kNW))
+    if constexpr (pow2_table(kMode, kNW, kQuant))
       scale_regs_from_table<kNW>(sv, pow2_tab, ws2, wsx);
     else
       scale_regs<T, kMode, kNW>(sv, p.w_dec, ws2, wsx);
@@ -276,7 +280,7 @@ __global__ void __launch_bounds__(256, fused_blocks_per_sm(kNT, kNW, kLight)) fu
   __shared__ float red[8][kNW * kNT * 4][32];
   // kQuant: row_quant_smem_bytes; otherwise unused (p.dyn_smem caps occupancy)
   extern __shared__ __align__(16) uint2 row_smem[];
-  constexpr bool kTable = pow2_table(kMode, kNW);  // one entry per thread (blocks of 256 threads)
+  constexpr bool kTable = pow2_table(kMode, kNW, kQuant);  // one entry per thread (blocks of 256 threads)
   __shared__ uint2 pow2_tab[kTable ? 256 : 1];
   __shared__ float2 factors[kQuant ? kGroupFactors : 1];  // kQuant: fill_group_factors of the flavour
   if constexpr (kTable) pow2_tab[threadIdx.x] = pow2_table_entry<T>(threadIdx.x, p.w_dec);
