@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(256) quantize_dequant_kernel(const T* __restri
 
 // The same for decode sizes, where the quantizer's latency is what the GEMM waits for: four lanes per group,
 // four values each (quad_quant_dequant, the factors computed per group: a table filled first, as the decode
-// kernel's own quantization reads, made this kernel 0.3-0.45 µs slower at M = 16, where it is launched
+// kernel's own quantization reads, made this kernel 0.25-0.45 µs slower at M = 16, where it is launched
 // normally and the filling is on the critical path; docs/PERF.md, change 64).
 // Launched programmatically (decode sizes with a per-stream output buffer): it waits for the kernel before it
 // (which may write x, or still read `out` as the previous layer's GEMM), and only then lets the GEMM after it

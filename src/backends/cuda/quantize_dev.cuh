@@ -1,7 +1,8 @@
 // Device functions of the run-time activation quantizer (SPEC §4) shared by its kernels (quantize.cu) and by
 // the decode GEMM that quantizes a one-token row itself (gemm.cu). Every f32 operation is an explicitly
-// rounded intrinsic (no FMA contraction), the reciprocals are IEEE divisions, and E2M1/E4M3 rounding is done
-// in software (sm_90 has no FP4 convert instruction): bit-exact with format/quant.h's quantize_activations.
+// rounded intrinsic (no FMA contraction), the reciprocals are IEEE divisions, E4M3 rounding is the convert
+// instruction on sm_89+ (integer operations below) and E2M1 rounding is done in software (sm_90 has no FP4
+// convert instruction): bit-exact with format/quant.h's quantize_activations.
 #pragma once
 #include "backends/cuda/cuda_util.cuh"
 
