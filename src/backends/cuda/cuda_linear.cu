@@ -235,17 +235,21 @@ class CudaLinearImpl final : public CudaLinear {
     chunk_rows_ = static_cast<int>(std::min<int64_t>(rows, n16_ * 16));
   }
   void set_grid_rule(int r) { grid_rule_ = r; }
+  // The decode kernel's grid rule (M <= 32): rule 9 differs from 7 only above that.
+  int decode_rule() const {
+    const int rule = grid_rule_ < 0 ? kDefaultGridRule : grid_rule_;
+    return rule == 9 ? 7 : rule;
+  }
   void set_row_quant(int on) { row_quant_ = on; }
   // W4A4 at M = 1: whether the decode kernel quantizes the row itself (GemmParams::x_gs) instead of a quantizer
   // kernel before it (row_quant_pays).
   bool row_quant(int64_t m) const {
     if (m != 1 || row_quant_ == 0) return false;
-    const int rule = grid_rule_ < 0 ? kDefaultGridRule : grid_rule_;
-    return row_quant_pays(decode_grid(m, n16_, kc_, sms_, rule, weight_mode(), k_ % 64 != 0), kc_, sms_);
+    return row_quant_pays(decode_grid(m, n16_, kc_, sms_, decode_rule(), weight_mode(), k_ % 64 != 0), kc_, sms_);
   }
 
-  void set_splits(int s, int rb0) {
-    NVFP4_CHECK(rb0 >= 0 && static_cast<int64_t>(rb0) * detail::kWgmmaRows < n_,
+  void set_splits(int s, int rb0) {  // rb0 counts blocks of the rows the call takes (the kernel checks it there)
+    NVFP4_CHECK(rb0 >= 0 && static_cast<int64_t>(rb0) * 128 < n_,
                 "cuda linear: first split block " + std::to_string(rb0) + " outside the " + std::to_string(n_) + " rows");
     forced_splits_ = std::max(0, s);
     forced_split_rb0_ = rb0;
@@ -329,7 +333,7 @@ class CudaLinearImpl final : public CudaLinear {
   void fused(detail::GemmParams& p, detail::Mode mode, bool after_quantizer, cudaStream_t stream) const {
     const int rule = grid_rule_ < 0 ? kDefaultGridRule : grid_rule_;
     if (p.m > 32 && rule >= 3 && wgmma_) return wgmma(p, mode, rule, stream);
-    const DecodeGrid g = decode_grid(p.m, n16_, kc_, sms_, rule, mode, k_ % 64 != 0);
+    const DecodeGrid g = decode_grid(p.m, n16_, kc_, sms_, decode_rule(), mode, k_ % 64 != 0);
     p.wk = g.wk;
     // Programmatic launch only for grids of >= 80% of a wave, or behind the quantizer: the blocks scheduled
     // early take the slots that free up first, so a shorter grid behind a full one ends up unevenly spread
@@ -349,12 +353,18 @@ class CudaLinearImpl final : public CudaLinear {
   }
 
   // M > 32 (rule 3, sm_90a): the activations permuted into the wgmma kernel's K order and token tiles, then that
-  // kernel; K split (wgmma_split: over every 256-row block, or over those of a last partial round only) where
-  // wgmma_time_us estimates that faster.
+  // kernel; blocks of 256 or 128 rows (wgmma_rows; rule 9 forces 128, rules 4 and 5 256) and a K split
+  // (wgmma_split: over every row block, or over those of a last partial round only) where wgmma_time_us estimates
+  // them faster.
   void wgmma(detail::GemmParams& p, detail::Mode mode, int rule, cudaStream_t stream) const {
+    const int rows = rule == 9 ? 128 : rule == 4 || rule == 5 ? 256 : wgmma_rows(p.m, n_, n16_, kc_, sms_);
+    p.wgmma_rows = rows;
     const WgmmaSplit sp = forced_splits_ > 0 ? WgmmaSplit{static_cast<int>(std::min<int64_t>(forced_splits_, kc_)),
                                                           forced_split_rb0_}
-                                             : wgmma_split(p.m, n_, n16_, kc_, sms_);
+                                             : wgmma_split(p.m, n_, n16_, kc_, sms_, rows);
+    NVFP4_CHECK(sp.splits == 1 || static_cast<int64_t>(sp.split_rb0) * rows < n_,
+                "cuda linear: first split block " + std::to_string(sp.split_rb0) + " of " + std::to_string(rows) +
+                    " rows outside the " + std::to_string(n_) + " rows");
     p.splits = sp.splits;
     p.split_rb0 = sp.splits > 1 ? sp.split_rb0 : 0;
     const int kt = wgmma_tile_tokens(p.m);
@@ -364,11 +374,11 @@ class CudaLinearImpl final : public CudaLinear {
     p.x = xp.get();
     std::unique_ptr<StreamBuf> part;
     if (p.splits > 1) {
-      const int64_t cols = n_ - static_cast<int64_t>(p.split_rb0) * detail::kWgmmaRows;  // the split blocks' columns
+      const int64_t cols = n_ - static_cast<int64_t>(p.split_rb0) * rows;  // the split blocks' columns
       part = std::make_unique<StreamBuf>(static_cast<size_t>(p.splits * p.m * cols * 4), stream);
       p.partial = reinterpret_cast<float*>(part->get());
     }
-    detail::launch_wgmma_gemm(p, act_, mode, kt, wgmma_consumers(p.m, rule), stream);
+    detail::launch_wgmma_gemm(p, act_, mode, kt, rows == 128 ? 2 : wgmma_consumers(p.m, rule), stream);
   }
 
   // How the kernels dequantize this layer's weights, and the power of two that undoes what they carry
@@ -434,7 +444,7 @@ class CudaLinearImpl final : public CudaLinear {
   int grid_rule_ = -1;
   int row_quant_ = -1;  // W4A4 at M = 1, the decode kernel quantizing the row: -1 default (row_quant), 0 never
   int forced_splits_ = 0;  // wgmma kernel's K split, 0 = wgmma_split's
-  int forced_split_rb0_ = 0;  // and its first split block of 256 rows
+  int forced_split_rb0_ = 0;  // and its first split row block
   bool wgmma_ = false;  // the device runs the sm_90a wgmma kernel
   bool programmatic_ = false;  // the device has programmatic dependent launch (sm_90+)
   mutable std::mutex mu_;
@@ -599,8 +609,8 @@ int wgmma_tile_tokens(int64_t m) { return m <= 64 ? 64 : 128; }
 int wgmma_consumers(int64_t m, int rule) { return rule == 4 ? 4 : rule == 5 ? 2 : m <= 128 ? 4 : 2; }
 
 namespace {
-// Blocks of 256 weight rows (4 stored tile groups each) of a layer of n16 16-row tiles.
-int64_t wgmma_row_blocks(int64_t n16) { return ceil_div(stored_tiles(n16) / kTileGroup, detail::kWgmmaRows / 64); }
+// Blocks of `rows` weight rows (rows / 64 stored tile groups each) of a layer of n16 16-row tiles.
+int64_t wgmma_row_blocks(int64_t n16, int rows) { return ceil_div(stored_tiles(n16) / kTileGroup, rows / 64); }
 
 // Finish time, in chunks, of `a` blocks of `la` chunks followed by `b` blocks of `lb` chunks, each block started
 // in launch order on the SM that is free first (one block per SM).
@@ -623,22 +633,24 @@ int64_t makespan_chunks(int64_t a, int64_t la, int64_t b, int64_t lb, int sms) {
 }
 }  // namespace
 
-double wgmma_time_us(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms, WgmmaSplit split) {
+double wgmma_time_us(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms, WgmmaSplit split, int rows) {
   // µs per K chunk of a round of blocks (one per SM), H200, 2026-11-30, after change 27: 57344x8192 unsplit at
   // M = 64 (2 rounds of 128 chunks: 140.7 µs) and M = 1024 (14 rounds: 1330.1 µs); the f32 partial sums' rate,
   // 5 TB/s where they take at most kWgmmaL2PartialBytes (they stay in the 60 MB L2 while the weights stream
   // through it evict-first) and 3 TB/s above (docs/PERF.md, change 63); the reduction's launch.
   const int kt = wgmma_tile_tokens(m);
-  const double chunk_us = kt == 64 ? 0.55 : 0.74, reduce_launch_us = 2.0;
+  // Blocks of 128 rows: 0.55x the 256-row block's time per chunk (fitted to 42 bench rows at M = 64-2048, both
+  // sizes measured in one run; the long grids alone give 0.55-0.64 at 128 tokens, 0.5 at 64; change 68).
+  const double chunk_us = (kt == 64 ? 0.55 : 0.74) * (rows == 128 ? 0.55 : 1.0), reduce_launch_us = 2.0;
   const double l2_bytes_per_us = 5.0e6, hbm_bytes_per_us = 3.0e6;  // partial sums in L2, or beyond it
-  const int64_t token_blocks = ceil_div(m, kt), row_blocks = wgmma_row_blocks(n16);
+  const int64_t token_blocks = ceil_div(m, kt), row_blocks = wgmma_row_blocks(n16, rows);
   const int s = std::max(1, split.splits);
   const int64_t rb0 = s > 1 ? std::clamp<int64_t>(split.split_rb0, 0, row_blocks - 1) : row_blocks;
   const int64_t chunks = makespan_chunks(rb0 * token_blocks, kc, (row_blocks - rb0) * token_blocks * s,
                                          ceil_div(kc, s), std::max(sms, 1));
   double t = static_cast<double>(chunks) * chunk_us;
   if (s > 1) {  // the split blocks' columns: partial sums written and read once, then y written
-    const int64_t cols = std::max<int64_t>(0, n - rb0 * detail::kWgmmaRows);
+    const int64_t cols = std::max<int64_t>(0, n - rb0 * rows);
     const double partial_bytes = 4.0 * s * static_cast<double>(m * cols);
     const double partial_bytes_per_us = partial_bytes <= kWgmmaL2PartialBytes ? l2_bytes_per_us : hbm_bytes_per_us;
     t += static_cast<double>(m * cols) * (8.0 * s + 2.0) / partial_bytes_per_us + reduce_launch_us;
@@ -646,16 +658,16 @@ double wgmma_time_us(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms, Wgm
   return t;
 }
 
-WgmmaSplit wgmma_split(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms) {
+WgmmaSplit wgmma_split(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms, int rows) {
   WgmmaSplit best{1, 0};
-  double best_us = wgmma_time_us(m, n, n16, kc, sms, best);
+  double best_us = wgmma_time_us(m, n, n16, kc, sms, best, rows);
   auto consider = [&](WgmmaSplit c) {
-    const double t = wgmma_time_us(m, n, n16, kc, sms, c);
+    const double t = wgmma_time_us(m, n, n16, kc, sms, c, rows);
     if (t < 0.95 * best_us) best = c, best_us = t;
   };
   for (int s = 2; s <= 8 && kc / s >= 8; ++s) consider({s, 0});
-  // Only the blocks of the last, partial round split: as many 256-row blocks (all their token blocks) as cover it.
-  const int64_t token_blocks = ceil_div(m, wgmma_tile_tokens(m)), row_blocks = wgmma_row_blocks(n16);
+  // Only the blocks of the last, partial round split: as many row blocks (all their token blocks) as cover it.
+  const int64_t token_blocks = ceil_div(m, wgmma_tile_tokens(m)), row_blocks = wgmma_row_blocks(n16, rows);
   const int64_t blocks = token_blocks * row_blocks, last = sms > 0 ? blocks % sms : 0;
   if (blocks > sms && last > 0) {
     const int64_t split_rows = ceil_div(last, token_blocks);
@@ -663,6 +675,12 @@ WgmmaSplit wgmma_split(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms) {
       for (int s = 2; s <= 8 && kc / s >= 8; ++s) consider({s, static_cast<int>(row_blocks - split_rows)});
   }
   return best;
+}
+
+int wgmma_rows(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms) {
+  const double t256 = wgmma_time_us(m, n, n16, kc, sms, wgmma_split(m, n, n16, kc, sms, 256), 256);
+  const double t128 = wgmma_time_us(m, n, n16, kc, sms, wgmma_split(m, n, n16, kc, sms, 128), 128);
+  return t128 < t256 ? 128 : 256;
 }
 
 void set_programmatic_launch(bool on) { g_programmatic.store(on, std::memory_order_relaxed); }

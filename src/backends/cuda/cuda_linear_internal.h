@@ -25,12 +25,14 @@ void set_weight_tile_rows(CudaLinear& l, int rows);
 // warp halved until >= 2 blocks per SM), 1 (M <= 16) tiles per warp kept while the largest K split fills >= 90%
 // of one wave, 2 (M <= 16) as 1 counting each kernel's own blocks per SM, always the largest K split;
 // 3: as 2, and M > 32 on the Hopper wgmma kernel where the device runs it (rules 0-2, and other devices, run
-// the decode kernel with 32-token tiles there); 4, 5: as 3 with 4 or 2 consumer warpgroups in the wgmma kernel;
+// the decode kernel with 32-token tiles there); 4, 5: as 3 with blocks of 256 rows and 4 or 2 consumer warpgroups
+// in the wgmma kernel;
 // 6: as 3 with half the weight tiles per warp at M <= 16; 7 (the default): as 3, and grids of 2 tiles per warp
 // that end in a short second wave run the light two-tile kernel at M <= 8 (all but the vLLM flavour's per-weight
 // rounding) and 1 tile per warp at M = 9-16, and grids of 1-2 waves (of the 2-block kernel with 2 or 4 tiles per
 // warp, or of the light 16-token kernel in the exact-weight modes) split K half as much where that fills one
-// wave; 8: as 7 with the light kernels wherever they exist at M <= 16 (docs/PERF.md).
+// wave; 8: as 7 with the light kernels wherever they exist at M <= 16; 9: as 7 with the wgmma kernel's blocks of
+// 128 rows wherever it runs (docs/PERF.md).
 void set_fused_grid_rule(CudaLinear& l, int rule);
 // W4A4 at M = 1: the decode kernel quantizes the activation row itself where row_quant_pays (true, the default),
 // or a quantizer kernel runs before it as at other M (false; measurements, tests).
@@ -62,14 +64,15 @@ int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k, bool wgmma);
 bool vllm_weights_pow2(const CudaLinear& l);
 // The layer's current crossover.
 int64_t fused_max_m(const CudaLinear& l);
-// The wgmma kernel's grid (host rules, no device needed): token tile (64 for M <= 64, else 128; blocks of 256
-// weight rows, one per SM) and K split. A split covers the 256-row blocks from split_rb0 on (0: all; those before
+// The wgmma kernel's grid (host rules, no device needed): token tile (64 for M <= 64, else 128), blocks of 256 or
+// 128 weight rows (one per SM) and K split. A split covers the row blocks from split_rb0 on (0: all; those before
 // it run whole), each over `splits` blocks of one K range. Estimated µs: the finish time of the blocks, each
 // started in launch order on the first free SM, in chunks, x the measured time of one chunk of a round (0.55 /
-// 0.74 µs for 64 / 128 tokens, H200), plus, when split, the split columns' f32 partial sums written and read
+// 0.74 µs for 64 / 128 tokens, H200; 0.55x that for blocks of 128 rows), plus, when split, the split columns' f32
+// partial sums written and read
 // (8·splits·M·cols bytes) and y written, at 5 TB/s where the partial sums take at most kWgmmaL2PartialBytes
 // (they stay in L2) and 3 TB/s above, and the reduction's launch (2 µs). wgmma_split: the split
-// (1-8, each >= 8 chunks of 64 when > 1; over all blocks, or over as many trailing 256-row blocks as the last
+// (1-8, each >= 8 chunks of 64 when > 1; over all blocks, or over as many trailing row blocks as the last
 // partial round holds) with the smallest estimate, a split only where it saves >= 5% over the best so far.
 inline constexpr double kWgmmaL2PartialBytes = 32.0 * (1 << 20);
 struct WgmmaSplit {
@@ -80,9 +83,12 @@ int wgmma_tile_tokens(int64_t m);
 // Consumer warpgroups of the wgmma kernel for grid rule `rule`: 3 (the default) 4 at M <= 128, else 2; 4 and 5
 // force 4 and 2 (measurements and tests).
 int wgmma_consumers(int64_t m, int rule);
-double wgmma_time_us(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms, WgmmaSplit split);
-WgmmaSplit wgmma_split(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms);
-// Forces the wgmma kernel's K split (blocks per K range, at most the chunk count; from 256-row block split_rb0
+double wgmma_time_us(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms, WgmmaSplit split, int rows = 256);
+WgmmaSplit wgmma_split(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms, int rows = 256);
+// Rows per block: 128 where the estimate with its own best split is below 256-row blocks' with theirs (twice the
+// blocks, for grids that leave SMs idle), else 256.
+int wgmma_rows(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms);
+// Forces the wgmma kernel's K split (blocks per K range, at most the chunk count; from row block split_rb0
 // on); splits 0 restores wgmma_split's.
 void set_wgmma_splits(CudaLinear& l, int splits, int split_rb0 = 0);
 

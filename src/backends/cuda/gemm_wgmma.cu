@@ -7,9 +7,10 @@
 // that order (launch_permute_activations) and tiled, so that the B operand of step s is the 32 bytes at 32s of
 // each 128-byte token row (128-byte swizzle, the layout wgmma's descriptor reads).
 //
-// Block: 1 + kCW warpgroups. Warpgroup 0 (the producer) streams K chunks into a kStages-deep shared-memory ring
-// with bulk copies, one mbarrier per stage counting the bytes in: per chunk the codes (2 KB) and scales (256
-// bytes) of the block's four 64-row blocks (stored tile groups of weight_layout.h, each contiguous per chunk) and
+// Block: 1 + kCW warpgroups and kRows (256 or 128) weight rows. Warpgroup 0 (the producer) streams K chunks into a
+// kStages-deep shared-memory ring with bulk copies, one mbarrier per stage counting the bytes in: per chunk the
+// codes (2 KB) and scales (256 bytes) of the block's four (or two) 64-row blocks (stored tile groups of
+// weight_layout.h, each contiguous per chunk) and
 // the activation tile (kT token rows x 128 bytes). One thread of producer warp b issues row block b's copies (warp
 // 0 also the activation tile's), so four warps issue in parallel: one thread issuing all nine copies of a chunk
 // took about as long as the consumers' chunk at M <= 64 (docs/PERF.md, change 26). The kCW (2 or 4) others are the
@@ -18,7 +19,9 @@
 // warp) once those MMAs are done, which they wait for only after issuing the next chunk's (two A buffers; one
 // where the registers do not hold two). The warpgroups keep no common pace: while one dequantizes, another's MMAs can
 // run, and the producer warps refill a stage as soon as all consumers have released it.
-// Grid: x = token blocks of kT (fastest: blocks reading the same weights run together), y = blocks of 256 rows:
+// Blocks of 128 rows (two consumer warpgroups of one row block each) double the blocks of a layer: for grids whose
+// 256-row blocks leave SMs idle or need a deep K split (the host's wgmma_rows).
+// Grid: x = token blocks of kT (fastest: blocks reading the same weights run together), y = blocks of kRows rows:
 // first the whole row blocks 0 .. split_rb0 - 1, then splits x the row blocks from split_rb0 on, each split taking
 // one K range (f32 partial sums, added in order by a second kernel: deterministic). Splitting only the row
 // blocks of a last, partial round shortens that round without the partial sums of every block.
@@ -35,7 +38,6 @@ namespace nvfp4::cuda::detail {
 namespace {
 
 constexpr int kStages = 6;
-constexpr int kRB = kWgmmaRows / 64;                // 64-row blocks (stored tile groups) per block
 constexpr int kCodeBytes = kTileGroup * 32 * 16;   // one row block's codes of one chunk
 constexpr int kScaleBytes = kTileGroup * 32 * 2;   // and its scales
 // kCW consumer warpgroups (2: two row blocks each; 4: one each) and the producer warpgroup.
@@ -49,19 +51,21 @@ constexpr int consumer_regs(int cw) { return cw == 2 ? 232 : 112; }
 static_assert(128 * producer_regs(2) + 256 * consumer_regs(2) <= 384 * 168 &&
                   128 * producer_regs(4) + 512 * consumer_regs(4) <= 640 * 96,
               "setmaxnreg budgets must fit the registers the block launched with");
-constexpr int stage_bytes(int kt) { return kt * 128 + kRB * (kCodeBytes + kScaleBytes); }
+// One stage: the activation tile, then kRB row blocks' codes and scales, padded to 1024 bytes (each stage's
+// activation tile must stay 1024-byte aligned for the 128-byte swizzle).
+constexpr int stage_bytes(int kt, int rb) { return (kt * 128 + rb * (kCodeBytes + kScaleBytes) + 1023) / 1024 * 1024; }
 // + 1024 for aligning the ring (128-byte swizzle atoms), + the full and empty mbarriers of every stage.
-constexpr int smem_bytes(int kt) { return 1024 + kStages * stage_bytes(kt) + 2 * kStages * 8; }
-static_assert(stage_bytes(64) % 1024 == 0 && stage_bytes(128) % 1024 == 0,
-              "activation tiles must stay 1024-byte aligned");
-static_assert(kRB == 4, "row blocks per block: 2 or 4 consumer warpgroups");
+constexpr int smem_bytes(int kt, int rb) { return 1024 + kStages * stage_bytes(kt, rb) + 2 * kStages * 8; }
 
-// Consumers: kRB / kCW row blocks each, kT / 2 accumulators and 16 A-fragment registers per row block.
-template <typename T, int kMode, int kT, int kCW>
+// Consumers: kRB / kCW row blocks each (kRB = kRows / 64), kT / 2 accumulators and 16 A-fragment registers per
+// row block.
+template <typename T, int kMode, int kT, int kCW, int kRows>
 __global__ void __launch_bounds__(threads(kCW), 1) wgmma_gemm_kernel(const GemmParams p) {
 #ifdef NVFP4_WGMMA
+  constexpr int kRB = kRows / 64;
+  static_assert((kRB == 4 || kRB == 2) && kRB % kCW == 0, "row blocks per block: 2 or 4, whole per consumer");
   constexpr int kThreads = threads(kCW), kB = kRB / kCW;
-  constexpr int kStage = stage_bytes(kT), kXBytes = kT * 128, kAcc = kT / 2;
+  constexpr int kStage = stage_bytes(kT, kRB), kXBytes = kT * 128, kAcc = kT / 2;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = smem_addr(smem_raw);
   const uint32_t base = (raw + 1023) & ~1023u;
@@ -69,7 +73,7 @@ __global__ void __launch_bounds__(threads(kCW), 1) wgmma_gemm_kernel(const GemmP
   const uint32_t full0 = base + kStages * kStage, empty0 = full0 + 8 * kStages;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int64_t groups = stored_tiles(p.n16) / kTileGroup;
-  // This block's 256 rows and K range: y < split_rb0 a whole block of rows, then split z of block
+  // This block's kRows rows and K range: y < split_rb0 a whole block of rows, then split z of block
   // split_rb0 + j % (blocks split).
   int yb = blockIdx.y, z = 0;
   const bool split = p.splits > 1 && yb >= p.split_rb0;
@@ -239,7 +243,7 @@ __global__ void __launch_bounds__(threads(kCW), 1) wgmma_gemm_kernel(const GemmP
       continue;
     }
     const int g = lane >> 2, t = lane & 3;  // K split: raw f32 partial sums, [split][token][n - n0]
-    const int n0 = p.split_rb0 * kWgmmaRows, wn = p.n - n0;
+    const int n0 = p.split_rb0 * kRows, wn = p.n - n0;
 #pragma unroll
     for (int j = 0; j < kT / 8; ++j)
 #pragma unroll
@@ -289,7 +293,7 @@ __global__ void splitk_reduce_kernel(const GemmParams p) {
   pdl_wait();  // the partial sums
   pdl_launch_dependents();
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int n0 = p.split_rb0 * kWgmmaRows, wn = p.n - n0;
+  const int n0 = p.split_rb0 * p.wgmma_rows, wn = p.n - n0;
   const int64_t total = p.m * wn;
   if (idx >= total) return;
   float sum = p.partial[idx];
@@ -305,25 +309,29 @@ __global__ void wgmma_probe_kernel(int* out) {
 #endif
 }
 
-template <typename T, int kMode, int kT, int kCW>
+template <typename T, int kMode, int kT, int kCW, int kRows>
 void launch_typed(const GemmParams& p, cudaStream_t stream) {
-  constexpr auto kernel = wgmma_gemm_kernel<T, kMode, kT, kCW>;
-  raise_dynamic_smem_limit<kernel>(smem_bytes(kT));
+  constexpr auto kernel = wgmma_gemm_kernel<T, kMode, kT, kCW, kRows>;
+  constexpr int kRB = kRows / 64;
+  raise_dynamic_smem_limit<kernel>(smem_bytes(kT, kRB));
   const int64_t groups = stored_tiles(p.n16) / kTileGroup;
   const int64_t rbs = ceil_div(groups, kRB);
   const int64_t y = p.splits > 1 ? p.split_rb0 + (rbs - p.split_rb0) * p.splits : rbs;
   const dim3 grid(static_cast<unsigned>(ceil_div(p.m, kT)), static_cast<unsigned>(y));
-  launch_maybe_programmatic(p.programmatic, kernel, grid, dim3(threads(kCW)), smem_bytes(kT), stream, p);
+  launch_maybe_programmatic(p.programmatic, kernel, grid, dim3(threads(kCW)), smem_bytes(kT, kRB), stream, p);
 }
 
 template <typename T, int kMode>
 void launch_tokens(const GemmParams& p, int tile_tokens, int consumers, cudaStream_t stream) {
-  if (tile_tokens == 64) {
-    if (consumers == 4) launch_typed<T, kMode, 64, 4>(p, stream);
-    else launch_typed<T, kMode, 64, 2>(p, stream);
+  if (p.wgmma_rows == 128) {  // two consumer warpgroups of one row block each
+    if (tile_tokens == 64) launch_typed<T, kMode, 64, 2, 128>(p, stream);
+    else launch_typed<T, kMode, 128, 2, 128>(p, stream);
+  } else if (tile_tokens == 64) {
+    if (consumers == 4) launch_typed<T, kMode, 64, 4, 256>(p, stream);
+    else launch_typed<T, kMode, 64, 2, 256>(p, stream);
   } else {
-    if (consumers == 4) launch_typed<T, kMode, 128, 4>(p, stream);
-    else launch_typed<T, kMode, 128, 2>(p, stream);
+    if (consumers == 4) launch_typed<T, kMode, 128, 4, 256>(p, stream);
+    else launch_typed<T, kMode, 128, 2, 256>(p, stream);
   }
 }
 
@@ -340,7 +348,7 @@ bool wgmma_available(int device) {
     int prev = 0;
     NVFP4_CUDA_CHECK(cudaGetDevice(&prev));
     bool yes = false;
-    if (prop.major == 9 && prop.minor == 0 && prop.sharedMemPerBlockOptin >= static_cast<size_t>(smem_bytes(128))) {
+    if (prop.major == 9 && prop.minor == 0 && prop.sharedMemPerBlockOptin >= static_cast<size_t>(smem_bytes(128, 4))) {
       NVFP4_CUDA_CHECK(cudaSetDevice(device));
       int* d = nullptr;
       int h = 0;
@@ -373,7 +381,7 @@ void launch_permute_activations(const void* x, DType act, int64_t m, int k, int 
 
 // y = T(T(Σ_z p.partial[z] · out_scale) + bias) for the split columns after a K-split launch.
 static void launch_splitk_reduce(const GemmParams& p, DType act, cudaStream_t stream) {
-  const dim3 blocks(static_cast<unsigned>(ceil_div(p.m * (p.n - p.split_rb0 * kWgmmaRows), 256)));
+  const dim3 blocks(static_cast<unsigned>(ceil_div(p.m * (p.n - p.split_rb0 * p.wgmma_rows), 256)));
   if (act == DType::BF16)
     launch_maybe_programmatic(p.programmatic, splitk_reduce_kernel<__nv_bfloat16>, blocks, dim3(256), 0, stream, p);
   else
@@ -383,7 +391,9 @@ static void launch_splitk_reduce(const GemmParams& p, DType act, cudaStream_t st
 
 void launch_wgmma_gemm(const GemmParams& p, DType act, Mode mode, int tile_tokens, int consumers,
                        cudaStream_t stream) {
-  NVFP4_CHECK(p.splits == 1 || (p.split_rb0 >= 0 && static_cast<int64_t>(p.split_rb0) * kWgmmaRows < p.n),
+  NVFP4_CHECK(p.wgmma_rows == 256 || p.wgmma_rows == 128,
+              "wgmma gemm: blocks of " + std::to_string(p.wgmma_rows) + " rows, expected 128 or 256");
+  NVFP4_CHECK(p.splits == 1 || (p.split_rb0 >= 0 && static_cast<int64_t>(p.split_rb0) * p.wgmma_rows < p.n),
               "wgmma gemm: first split row block " + std::to_string(p.split_rb0) + " outside the " +
                   std::to_string(p.n) + " rows");
   NVFP4_CHECK((tile_tokens == 64 || tile_tokens == 128) && (consumers == 2 || consumers == 4),

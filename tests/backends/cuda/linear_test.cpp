@@ -21,6 +21,7 @@
 #include "backends/cpu/linear.h"
 #include "backends/cuda/cuda_linear.h"
 #include "backends/cuda/cuda_linear_internal.h"
+#include "backends/cuda/gemm.cuh"
 #include "backends/cuda/linear_bound.h"
 #include "common/error.h"
 #include "cuda_test_util.h"
@@ -278,7 +279,7 @@ TEST(CudaLinear, MidMKernelWithinDerivedBoundAndDeterministic) {
       for (int64_t m : {17, 32, 33, 64, 65, 130}) {
         const auto x = random_activations(t, m, sh[1], 1.0f, seed++);
         const Reference ref = reference(w, s, t, x, m);
-        for (int rule : {3, 4, 5, 2}) {
+        for (int rule : {3, 4, 5, 9, 2}) {
           const std::string what = label(s, t, m, sh[0], sh[1]) + "/grid" + std::to_string(rule);
           const std::vector<uint16_t> y = run_gpu(w, s, t, x, m, 0, rule, 1 << 30);
           check_y(w, t, m, y, ref, what);
@@ -306,7 +307,8 @@ TEST(CudaLinear, WgmmaKernelAtLargeM) {
       for (int64_t m : {257, 1000}) {
         const auto x = random_activations(t, m, sh[1], 1.0f, seed++);
         const Reference ref = reference(w, s, t, x, m);
-        for (int rule : {-1, 4}) {  // default (2 consumer warpgroups above M = 128), 4 consumer warpgroups
+        // default (2 consumer warpgroups above M = 128), 4 consumer warpgroups, blocks of 128 rows
+        for (int rule : {-1, 4, 9}) {
           const std::string what = label(s, t, m, sh[0], sh[1]) + "/grid" + std::to_string(rule);
           const std::vector<uint16_t> y = run_gpu(w, s, t, x, m, 0, rule, 1 << 30);
           check_y(w, t, m, y, ref, what);
@@ -332,14 +334,15 @@ TEST(CudaLinear, WgmmaSplitBlocksWithinBoundAndDeterministic) {
     for (int64_t m : {50, 200}) {
       const auto x = random_activations(t, m, k, 1.0f, seed++);
       const Reference ref = reference(w, s, t, x, m);
-      for (const auto& sp : splits) {
-        const std::string what = label(s, t, m, n, k) + "/splits" + std::to_string(sp[0]) + "from" +
-                                 std::to_string(sp[1]);
-        auto force = [&](CudaLinear& l) { set_wgmma_splits(l, sp[0], sp[1]); };
-        const std::vector<uint16_t> y = run_gpu(w, s, t, x, m, 0, -1, 1 << 30, force);
-        check_y(w, t, m, y, ref, what);
-        EXPECT_EQ(run_gpu(w, s, t, x, m, 0, -1, 1 << 30, force), y) << what << ": two calls differ";
-      }
+      for (int rule : {-1, 9})  // blocks of 256 rows, and of 128 (the split block indices count those)
+        for (const auto& sp : splits) {
+          const std::string what = label(s, t, m, n, k) + "/grid" + std::to_string(rule) + "/splits" +
+                                   std::to_string(sp[0]) + "from" + std::to_string(sp[1]);
+          auto force = [&](CudaLinear& l) { set_wgmma_splits(l, sp[0], sp[1]); };
+          const std::vector<uint16_t> y = run_gpu(w, s, t, x, m, 0, rule, 1 << 30, force);
+          check_y(w, t, m, y, ref, what);
+          EXPECT_EQ(run_gpu(w, s, t, x, m, 0, rule, 1 << 30, force), y) << what << ": two calls differ";
+        }
     }
   }
 }
@@ -349,8 +352,25 @@ TEST(CudaLinear, WgmmaSplitOutsideTheLayerIsRefused) {
   NVFP4_REQUIRE_GPU();
   const LinearWeights w = random_layer(300, 64, scale_range(0x28, 0x5F), 1.0f, false, 1.0f, true, DType::BF16, 7);
   auto lin = CudaLinear::create(w, Semantics::W4A16, DType::BF16, 0);
-  EXPECT_THROW(set_wgmma_splits(*lin, 2, 2), Error);  // 300 rows: 256-row blocks 0 and 1
-  EXPECT_NO_THROW(set_wgmma_splits(*lin, 2, 1));
+  EXPECT_THROW(set_wgmma_splits(*lin, 2, 3), Error);  // 300 rows: blocks 0-2 of 128 rows
+  EXPECT_NO_THROW(set_wgmma_splits(*lin, 2, 2));
+  if (!detail::wgmma_available(0)) return;  // elsewhere rule 4 runs the decode kernel's 32-token tiles
+  // Blocks of 256 rows (rule 4) hold 300 rows in blocks 0 and 1: the call is refused, y left as it was (K of 16
+  // chunks, so that the split is not capped at one).
+  const LinearWeights w2 = random_layer(300, 1024, scale_range(0x28, 0x5F), 1.0f, false, 1.0f, true, DType::BF16, 8);
+  lin = CudaLinear::create(w2, Semantics::W4A16, DType::BF16, 0);
+  set_wgmma_splits(*lin, 2, 2);
+  set_fused_grid_rule(*lin, 4);
+  set_fused_max_m(*lin, 1 << 30);
+  const int64_t m = 40;
+  DeviceBytes dx(static_cast<size_t>(m * 1024 * 2)), dy(static_cast<size_t>(m * 300 * 2));
+  dx.fill(0);
+  dy.fill(0xFF);
+  EXPECT_THROW(lin->run(dx.p, m, dy.p, nullptr), Error);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<uint16_t> y(static_cast<size_t>(m * 300));
+  dy.download(y.data(), y.size() * 2);
+  for (uint16_t v : y) ASSERT_EQ(v, 0xFFFF);
 }
 
 // A layer where 4 weight tiles per warp are chosen (on a 132-SM H200) and the last group has 3 tiles, the

@@ -28,10 +28,11 @@ TEST(CudaWgmmaGrid, TokenTileAndConsumersByMAndRule) {
 // and a partial split starts inside the layer, on layer sizes from one tile to the largest bench layer and M from
 // 33 to 4096.
 TEST(CudaWgmmaGrid, SplitsAreBoundedAndNeverEmpty) {
+  for (int rows : {256, 128})
   for (int64_t n16 : {1, 3, 4, 5, 64, 256, 640, 1792, 3584})
     for (int64_t kc : {1, 3, 7, 8, 15, 16, 17, 64, 65, 128, 224, 448})
       for (int64_t m : {33, 64, 65, 128, 256, 1024, 4096}) {
-        const WgmmaSplit sp = wgmma_split(m, n16 * 16, n16, kc, 132);
+        const WgmmaSplit sp = wgmma_split(m, n16 * 16, n16, kc, 132, rows);
         const int s = sp.splits;
         ASSERT_GE(s, 1);
         ASSERT_LE(s, 8);
@@ -40,7 +41,7 @@ TEST(CudaWgmmaGrid, SplitsAreBoundedAndNeverEmpty) {
           const int64_t per = ceil_div(kc, s);
           EXPECT_LT((s - 1) * per, kc) << "empty last split: n16 " << n16 << " kc " << kc << " splits " << s;
           EXPECT_GE(sp.split_rb0, 0);
-          EXPECT_LT(sp.split_rb0 * 256, n16 * 16) << "n16 " << n16 << " kc " << kc << " m " << m;
+          EXPECT_LT(sp.split_rb0 * rows, n16 * 16) << "n16 " << n16 << " kc " << kc << " m " << m << " rows " << rows;
         }
       }
 }
@@ -102,6 +103,22 @@ TEST(CudaWgmmaGrid, SplitsFollowTheTimeEstimate) {
   EXPECT_EQ(small.split_rb0, 16);
   // Too few chunks to split: 4096x512 (8 chunks) stays whole however short its grid.
   EXPECT_EQ(wgmma_split(64, 4096, 4096 / 16, 512 / 64, 132).splits, 1);
+}
+
+// Blocks of 128 rows (0.55 x the chunk time: 0.3025 µs for 64 tokens, 0.407 for 128) against 256, each with its
+// own best split, worked by hand.
+TEST(CudaWgmmaGrid, RowsPerBlockFollowTheTimeEstimate) {
+  // 4096x4096, M = 64: 256 rows: s=8, 9.86 (above). 128 rows: 32 blocks of 64 chunks, s=1 19.36; s=2 64 blocks,
+  // 32 x 0.3025 + 0.94 + 2 = 12.62; s=3 96 blocks, 22 x 0.3025 + 1.36 + 2 = 10.02; s=4 128 blocks, 16 x 0.3025 +
+  // 1.78 + 2 = 8.62; s=5-8 two rounds (10.3-12.1): s=4, 8.62 < 9.86, so blocks of 128 rows.
+  EXPECT_NEAR(wgmma_time_us(64, 4096, 4096 / 16, 4096 / 64, 132, {4, 0}, 128),
+              16 * 0.3025 + 64 * 4096 * 34 / 5e6 + 2, 0.01);
+  EXPECT_EQ(wgmma_split(64, 4096, 4096 / 16, 4096 / 64, 132, 128).splits, 4);
+  EXPECT_EQ(wgmma_rows(64, 4096, 4096 / 16, 4096 / 64, 132), 128);
+  // 57344x8192, M = 1024: 256 rows: 1792 blocks of 128 chunks, 14 rounds, 1792 x 0.74 = 1326.08; 128 rows: 3584
+  // blocks, 28 rounds (27.2 of work), 3584 x 0.407 = 1458.7 unsplit: blocks of 256 rows.
+  EXPECT_NEAR(wgmma_time_us(1024, 57344, 57344 / 16, 8192 / 64, 132, {1, 0}, 128), 3584 * 0.74 * 0.55, 0.01);
+  EXPECT_EQ(wgmma_rows(1024, 57344, 57344 / 16, 8192 / 64, 132), 256);
 }
 
 // Bench layers on 132 SMs, worked by hand from the rule (blocks with the largest K split, 8 warps per block; 3
