@@ -25,7 +25,7 @@ struct GemmParams {
   int dyn_smem = 0;                 // decode kernel: dynamic shared memory per block (unused; > 0 caps the
                                     // blocks resident per SM)
   int splits = 1;                   // wgmma kernel: blocks splitting K of each split row block
-  int wgmma_rows = 256;              // wgmma kernel: weight rows per block (256, or 128: twice the blocks)
+  int wgmma_rows = 256;             // wgmma kernel: weight rows per block (256, or 128: twice the blocks)
   int split_rb0 = 0;                // wgmma kernel: first split row block (of wgmma_rows); those before it whole
   float* partial = nullptr;         // (splits, m, N - wgmma_rows·split_rb0) f32 when splits > 1
   float x_gs = 0.0f;                // > 0 (decode kernel, m = 1, one token tile, W4A4): x is the raw row, which
