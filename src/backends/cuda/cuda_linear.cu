@@ -353,15 +353,18 @@ class CudaLinearImpl final : public CudaLinear {
   }
 
   // M > 32 (rule 3, sm_90a): the activations permuted into the wgmma kernel's K order and token tiles, then that
-  // kernel; blocks of 256 or 128 rows (wgmma_rows; rule 9 forces 128, rules 4 and 5 256) and a K split
+  // kernel; blocks of 256 or 128 rows (wgmma_grid; rule 9 forces 128, rules 4 and 5 256) and a K split
   // (wgmma_split: over every row block, or over those of a last partial round only) where wgmma_time_us estimates
   // them faster.
   void wgmma(detail::GemmParams& p, detail::Mode mode, int rule, cudaStream_t stream) const {
-    const int rows = rule == 9 ? 128 : rule == 4 || rule == 5 ? 256 : wgmma_rows(p.m, n_, n16_, kc_, sms_);
+    const int forced_rows = rule == 9 ? 128 : rule == 4 || rule == 5 ? 256 : 0;
+    WgmmaGrid grid = forced_rows ? WgmmaGrid{forced_rows, wgmma_split(p.m, n_, n16_, kc_, sms_, forced_rows)}
+                                 : wgmma_grid(p.m, n_, n16_, kc_, sms_);
+    if (forced_splits_ > 0)
+      grid.split = WgmmaSplit{static_cast<int>(std::min<int64_t>(forced_splits_, kc_)), forced_split_rb0_};
+    const int rows = grid.rows;
+    const WgmmaSplit sp = grid.split;
     p.wgmma_rows = rows;
-    const WgmmaSplit sp = forced_splits_ > 0 ? WgmmaSplit{static_cast<int>(std::min<int64_t>(forced_splits_, kc_)),
-                                                          forced_split_rb0_}
-                                             : wgmma_split(p.m, n_, n16_, kc_, sms_, rows);
     NVFP4_CHECK(sp.splits == 1 || static_cast<int64_t>(sp.split_rb0) * rows < n_,
                 "cuda linear: first split block " + std::to_string(sp.split_rb0) + " of " + std::to_string(rows) +
                     " rows outside the " + std::to_string(n_) + " rows");
@@ -378,7 +381,7 @@ class CudaLinearImpl final : public CudaLinear {
       part = std::make_unique<StreamBuf>(static_cast<size_t>(p.splits * p.m * cols * 4), stream);
       p.partial = reinterpret_cast<float*>(part->get());
     }
-    detail::launch_wgmma_gemm(p, act_, mode, kt, rows == 128 ? 2 : wgmma_consumers(p.m, rule), stream);
+    detail::launch_wgmma_gemm(p, act_, mode, kt, wgmma_consumers(p.m, rule, rows), stream);
   }
 
   // How the kernels dequantize this layer's weights, and the power of two that undoes what they carry
@@ -606,7 +609,9 @@ int wgmma_tile_tokens(int64_t m) { return m <= 64 ? 64 : 128; }
 // 4 consumer warpgroups were faster at M <= 128 on five of the seven bench layers (2-9%) and within 1.5% on the
 // other two, once the producer work was spread over four warps and the A fragments double-buffered (docs/PERF.md,
 // change 28); with 128-token tiles above M = 128 the 2-warpgroup kernel keeps two A buffers, the 4 cannot.
-int wgmma_consumers(int64_t m, int rule) { return rule == 4 ? 4 : rule == 5 ? 2 : m <= 128 ? 4 : 2; }
+int wgmma_consumers(int64_t m, int rule, int rows) {
+  return rows == 128 ? 2 : rule == 4 ? 4 : rule == 5 ? 2 : m <= 128 ? 4 : 2;
+}
 
 namespace {
 // Blocks of `rows` weight rows (rows / 64 stored tile groups each) of a layer of n16 16-row tiles.
@@ -677,10 +682,11 @@ WgmmaSplit wgmma_split(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms, i
   return best;
 }
 
-int wgmma_rows(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms) {
-  const double t256 = wgmma_time_us(m, n, n16, kc, sms, wgmma_split(m, n, n16, kc, sms, 256), 256);
-  const double t128 = wgmma_time_us(m, n, n16, kc, sms, wgmma_split(m, n, n16, kc, sms, 128), 128);
-  return t128 < t256 ? 128 : 256;
+WgmmaGrid wgmma_grid(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms) {
+  const WgmmaGrid g256{256, wgmma_split(m, n, n16, kc, sms, 256)}, g128{128, wgmma_split(m, n, n16, kc, sms, 128)};
+  const double t256 = wgmma_time_us(m, n, n16, kc, sms, g256.split, 256);
+  const double t128 = wgmma_time_us(m, n, n16, kc, sms, g128.split, 128);
+  return t128 < t256 ? g128 : g256;
 }
 
 void set_programmatic_launch(bool on) { g_programmatic.store(on, std::memory_order_relaxed); }

@@ -80,14 +80,18 @@ struct WgmmaSplit {
   int split_rb0 = 0;
 };
 int wgmma_tile_tokens(int64_t m);
-// Consumer warpgroups of the wgmma kernel for grid rule `rule`: 3 (the default) 4 at M <= 128, else 2; 4 and 5
-// force 4 and 2 (measurements and tests).
-int wgmma_consumers(int64_t m, int rule);
+// Consumer warpgroups of the wgmma kernel for grid rule `rule` and blocks of `rows`: 128 rows 2 (one row block
+// each); 256 rows: rule 3 (the default) 4 at M <= 128, else 2; 4 and 5 force 4 and 2 (measurements and tests).
+int wgmma_consumers(int64_t m, int rule, int rows = 256);
 double wgmma_time_us(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms, WgmmaSplit split, int rows = 256);
 WgmmaSplit wgmma_split(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms, int rows = 256);
-// Rows per block: 128 where the estimate with its own best split is below 256-row blocks' with theirs (twice the
-// blocks, for grids that leave SMs idle), else 256.
-int wgmma_rows(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms);
+// Rows per block and K split: blocks of 128 rows where the estimate with their best split is below 256-row
+// blocks' with theirs (twice the blocks, for grids that leave SMs idle), else 256; each with wgmma_split's split.
+struct WgmmaGrid {
+  int rows = 256;
+  WgmmaSplit split;
+};
+WgmmaGrid wgmma_grid(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms);
 // Forces the wgmma kernel's K split (blocks per K range, at most the chunk count; from row block split_rb0
 // on); splits 0 restores wgmma_split's.
 void set_wgmma_splits(CudaLinear& l, int splits, int split_rb0 = 0);

@@ -20,7 +20,7 @@
 // where the registers do not hold two). The warpgroups keep no common pace: while one dequantizes, another's MMAs can
 // run, and the producer warps refill a stage as soon as all consumers have released it.
 // Blocks of 128 rows (two consumer warpgroups of one row block each) double the blocks of a layer: for grids whose
-// 256-row blocks leave SMs idle or need a deep K split (the host's wgmma_rows).
+// 256-row blocks leave SMs idle or need a deep K split (the host's wgmma_grid).
 // Grid: x = token blocks of kT (fastest: blocks reading the same weights run together), y = blocks of kRows rows:
 // first the whole row blocks 0 .. split_rb0 - 1, then splits x the row blocks from split_rb0 on, each split taking
 // one K range (f32 partial sums, added in order by a second kernel: deterministic). Splitting only the row

@@ -22,6 +22,7 @@ TEST(CudaWgmmaGrid, TokenTileAndConsumersByMAndRule) {
   EXPECT_EQ(wgmma_consumers(129, 3), 2);
   EXPECT_EQ(wgmma_consumers(1000, 4), 4);
   EXPECT_EQ(wgmma_consumers(40, 5), 2);
+  EXPECT_EQ(wgmma_consumers(64, 3, 128), 2);  // blocks of 128 rows: two warpgroups of one row block
 }
 
 // Every split takes >= 8 chunks and none is empty (the kernel gives split z the chunks [z·per, z·per + per)),
@@ -114,11 +115,11 @@ TEST(CudaWgmmaGrid, RowsPerBlockFollowTheTimeEstimate) {
   EXPECT_NEAR(wgmma_time_us(64, 4096, 4096 / 16, 4096 / 64, 132, {4, 0}, 128),
               16 * 0.3025 + 64 * 4096 * 34 / 5e6 + 2, 0.01);
   EXPECT_EQ(wgmma_split(64, 4096, 4096 / 16, 4096 / 64, 132, 128).splits, 4);
-  EXPECT_EQ(wgmma_rows(64, 4096, 4096 / 16, 4096 / 64, 132), 128);
+  EXPECT_EQ(wgmma_grid(64, 4096, 4096 / 16, 4096 / 64, 132).rows, 128);
   // 57344x8192, M = 1024: 256 rows: 1792 blocks of 128 chunks, 14 rounds, 1792 x 0.74 = 1326.08; 128 rows: 3584
   // blocks, 28 rounds (27.2 of work), 3584 x 0.407 = 1458.7 unsplit: blocks of 256 rows.
   EXPECT_NEAR(wgmma_time_us(1024, 57344, 57344 / 16, 8192 / 64, 132, {1, 0}, 128), 3584 * 0.74 * 0.55, 0.01);
-  EXPECT_EQ(wgmma_rows(1024, 57344, 57344 / 16, 8192 / 64, 132), 256);
+  EXPECT_EQ(wgmma_grid(1024, 57344, 57344 / 16, 8192 / 64, 132).rows, 256);
 }
 
 // Bench layers on 132 SMs, worked by hand from the rule (blocks with the largest K split, 8 warps per block; 3
