@@ -644,7 +644,7 @@ double wgmma_time_us(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms, Wgm
   // 5 TB/s where they take at most kWgmmaL2PartialBytes (they stay in the 60 MB L2 while the weights stream
   // through it evict-first) and 3 TB/s above (docs/PERF.md, change 63); the reduction's launch.
   const int kt = wgmma_tile_tokens(m);
-  // Blocks of 128 rows: 0.55x the 256-row block's time per chunk (fitted to 42 bench rows at M = 64-2048, both
+  // Blocks of 128 rows: 0.55x the 256-row block's time per chunk (fitted to 38 bench rows at M = 64-2048, both
   // sizes measured in one run; the long grids alone give 0.55-0.64 at 128 tokens, 0.5 at 64; change 68).
   const double chunk_us = (kt == 64 ? 0.55 : 0.74) * (rows == 128 ? 0.55 : 1.0), reduce_launch_us = 2.0;
   const double l2_bytes_per_us = 5.0e6, hbm_bytes_per_us = 3.0e6;  // partial sums in L2, or beyond it
