@@ -35,8 +35,16 @@ struct DeviceBytes {
   DeviceBytes(const DeviceBytes&) = delete;
   DeviceBytes& operator=(const DeviceBytes&) = delete;
   template <typename U> U* as() const { return static_cast<U*>(p); }
-  void fill(uint8_t b) { cudaMemset(p, b, n); }
-  void upload(const void* src, size_t bytes) { cudaMemcpy(p, src, bytes, cudaMemcpyHostToDevice); }
+  // Both wait until the bytes are on the device: cudaMemset and a copy from pageable memory may return before
+  // then, ordered only on the legacy stream, and tests also run layers on non-blocking streams.
+  void fill(uint8_t b) {
+    cudaMemset(p, b, n);
+    cudaDeviceSynchronize();
+  }
+  void upload(const void* src, size_t bytes) {
+    cudaMemcpy(p, src, bytes, cudaMemcpyHostToDevice);
+    cudaDeviceSynchronize();
+  }
   void download(void* dst, size_t bytes) const { cudaMemcpy(dst, p, bytes, cudaMemcpyDeviceToHost); }
 };
 
