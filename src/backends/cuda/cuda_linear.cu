@@ -235,11 +235,10 @@ class CudaLinearImpl final : public CudaLinear {
     chunk_rows_ = static_cast<int>(std::min<int64_t>(rows, n16_ * 16));
   }
   void set_grid_rule(int r) { grid_rule_ = r; }
+  // The grid rule in force (set_fused_grid_rule's, or the default).
+  int grid_rule() const { return grid_rule_ < 0 ? kDefaultGridRule : grid_rule_; }
   // The decode kernel's grid rule (M <= 32): rule 9 differs from 7 only above that.
-  int decode_rule() const {
-    const int rule = grid_rule_ < 0 ? kDefaultGridRule : grid_rule_;
-    return rule == 9 ? 7 : rule;
-  }
+  int decode_rule() const { return grid_rule() == 9 ? 7 : grid_rule(); }
   void set_row_quant(int on) { row_quant_ = on; }
   // W4A4 at M = 1: whether the decode kernel quantizes the row itself (GemmParams::x_gs) instead of a quantizer
   // kernel before it (row_quant_pays).
@@ -248,8 +247,10 @@ class CudaLinearImpl final : public CudaLinear {
     return row_quant_pays(decode_grid(m, n16_, kc_, sms_, decode_rule(), weight_mode(), k_ % 64 != 0), kc_, sms_);
   }
 
-  void set_splits(int s, int rb0) {  // rb0 counts blocks of the rows the call takes (the kernel checks it there)
-    NVFP4_CHECK(rb0 >= 0 && static_cast<int64_t>(rb0) * 128 < n_,
+  // rb0 counts blocks of the rows a call takes: here it must lie inside the layer in the smallest blocks (128
+  // rows; checked as a split whatever s is), and each call checks it again with its own block height.
+  void set_splits(int s, int rb0) {
+    NVFP4_CHECK(detail::wgmma_split_inside(2, rb0, 128, n_),
                 "cuda linear: first split block " + std::to_string(rb0) + " outside the " + std::to_string(n_) + " rows");
     forced_splits_ = std::max(0, s);
     forced_split_rb0_ = rb0;
@@ -331,7 +332,7 @@ class CudaLinearImpl final : public CudaLinear {
 
   // after_quantizer: the previous kernel is this call's (short) W4A4 activation quantizer.
   void fused(detail::GemmParams& p, detail::Mode mode, bool after_quantizer, cudaStream_t stream) const {
-    const int rule = grid_rule_ < 0 ? kDefaultGridRule : grid_rule_;
+    const int rule = grid_rule();
     if (p.m > 32 && rule >= 3 && wgmma_) return wgmma(p, mode, rule, stream);
     const DecodeGrid g = decode_grid(p.m, n16_, kc_, sms_, decode_rule(), mode, k_ % 64 != 0);
     p.wk = g.wk;
@@ -365,7 +366,7 @@ class CudaLinearImpl final : public CudaLinear {
     const int rows = grid.rows;
     const WgmmaSplit sp = grid.split;
     p.wgmma_rows = rows;
-    NVFP4_CHECK(sp.splits == 1 || static_cast<int64_t>(sp.split_rb0) * rows < n_,
+    NVFP4_CHECK(detail::wgmma_split_inside(sp.splits, sp.split_rb0, rows, n_),
                 "cuda linear: first split block " + std::to_string(sp.split_rb0) + " of " + std::to_string(rows) +
                     " rows outside the " + std::to_string(n_) + " rows");
     p.splits = sp.splits;

@@ -61,6 +61,11 @@ void launch_fused_gemm(const GemmParams& p, DType act, Mode mode, int nt, int nw
 // of columns wgmma_rows·split_rb0 .. N - 1 and a second kernel adds them in order); 0: all of them; p.splits = 1:
 // none.
 bool wgmma_available(int device);
+// Whether a K split from row block split_rb0 (blocks of `rows` weight rows) starts inside a layer of n rows
+// (splits == 1: no split, always): the one rule the host's forcing, its per-call choice and the launcher check.
+inline bool wgmma_split_inside(int splits, int split_rb0, int rows, int64_t n) {
+  return splits == 1 || (split_rb0 >= 0 && static_cast<int64_t>(split_rb0) * rows < n);
+}
 inline int64_t wgmma_x_bytes(int64_t m, int kc, int tile_tokens) {
   return (m + tile_tokens - 1) / tile_tokens * tile_tokens * kc * 128;
 }

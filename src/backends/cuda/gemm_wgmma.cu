@@ -393,7 +393,7 @@ void launch_wgmma_gemm(const GemmParams& p, DType act, Mode mode, int tile_token
                        cudaStream_t stream) {
   NVFP4_CHECK(p.wgmma_rows == 256 || p.wgmma_rows == 128,
               "wgmma gemm: blocks of " + std::to_string(p.wgmma_rows) + " rows, expected 128 or 256");
-  NVFP4_CHECK(p.splits == 1 || (p.split_rb0 >= 0 && static_cast<int64_t>(p.split_rb0) * p.wgmma_rows < p.n),
+  NVFP4_CHECK(wgmma_split_inside(p.splits, p.split_rb0, p.wgmma_rows, p.n),
               "wgmma gemm: first split row block " + std::to_string(p.split_rb0) + " outside the " +
                   std::to_string(p.n) + " rows");
   NVFP4_CHECK((tile_tokens == 64 || tile_tokens == 128) && (consumers == 2 || consumers == 4),

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "backends/cuda/cuda_linear_internal.h"
+#include "backends/cuda/gemm.cuh"
 
 namespace nvfp4::cuda {
 namespace {
@@ -23,6 +24,18 @@ TEST(CudaWgmmaGrid, TokenTileAndConsumersByMAndRule) {
   EXPECT_EQ(wgmma_consumers(1000, 4), 4);
   EXPECT_EQ(wgmma_consumers(40, 5), 2);
   EXPECT_EQ(wgmma_consumers(64, 3, 128), 2);  // blocks of 128 rows: two warpgroups of one row block
+}
+
+// The one rule for a split's first row block: inside the layer in the call's block height, any block without a
+// split. 300 rows: blocks 0-2 of 128 rows, 0-1 of 256.
+TEST(CudaWgmmaGrid, SplitStartsInsideTheLayer) {
+  using detail::wgmma_split_inside;
+  EXPECT_TRUE(wgmma_split_inside(2, 2, 128, 300));
+  EXPECT_FALSE(wgmma_split_inside(2, 3, 128, 300));
+  EXPECT_TRUE(wgmma_split_inside(4, 1, 256, 300));
+  EXPECT_FALSE(wgmma_split_inside(4, 2, 256, 300));
+  EXPECT_FALSE(wgmma_split_inside(2, -1, 128, 300));
+  EXPECT_TRUE(wgmma_split_inside(1, 7, 256, 300));  // no split: split_rb0 is not used
 }
 
 // Every split takes >= 8 chunks and none is empty (the kernel gives split z the chunks [z·per, z·per + per)),
