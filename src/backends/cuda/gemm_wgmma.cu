@@ -57,6 +57,55 @@ constexpr int stage_bytes(int kt, int rb) { return (kt * 128 + rb * (kCodeBytes 
 // + 1024 for aligning the ring (128-byte swizzle atoms), + the full and empty mbarriers of every stage.
 constexpr int smem_bytes(int kt, int rb) { return 1024 + kStages * stage_bytes(kt, rb) + 2 * kStages * 8; }
 
+// Epilogue of the consumer warpgroups without a K split: the block's kT x kRows outputs (value(b, i, nl): the lane's
+// accumulator i of its row block b, at column nl of the block) written per lane into token rows of shared memory
+// (the ring: every chunk has been consumed, no copy is in flight), then copied out as whole rows: row r (< rows)
+// to dst + r·pitch, its first `cols` values, in 16-byte units where `wide` (pitch and dst 16-byte aligned).
+// Stored straight from the accumulators (2-byte stores of 8 rows x 4 tokens each, unrolled over every token tile),
+// the epilogue took about a fifth of the consumers' sampled time at M = 1024 (ncu); this form is 2-10% faster
+// where the kernel runs without a K split, while staging a split's f32 partial sums the same way was 1-3% slower
+// (docs/PERF.md, change 71).
+#ifdef NVFP4_WGMMA
+template <typename U, int kT, int kRows, int kCW, int kB, typename F>
+__device__ __forceinline__ void tile_out(uint8_t* ring, int wg, int w4, F value, U* dst, int64_t pitch, int rows,
+                                         int cols, bool wide) {
+  constexpr int kPitch = kRows + 16 / static_cast<int>(sizeof(U));  // 16 bytes of padding: no bank conflicts
+  constexpr int kConsumers = 128 * kCW;
+  U* const tile = reinterpret_cast<U*>(ring);
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, ct = threadIdx.x - 128;
+  fence_proxy_async();            // the ring was last read by the MMAs and written by the copies (async proxy)
+  named_bar_sync(1, kConsumers);  // every consumer warp's MMAs are done
+#pragma unroll
+  for (int b = 0; b < kB; ++b) {
+    const int nl0 = ((kB * wg + b) * kTileGroup + w4) * 16 + g;
+#pragma unroll
+    for (int j = 0; j < kT / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int nl = nl0 + 8 * (e >> 1);
+        if (nl < cols) tile[(8 * j + 2 * t + (e & 1)) * kPitch + nl] = value(b, 4 * j + e, nl);
+      }
+  }
+  named_bar_sync(1, kConsumers);
+  if (wide) {
+    constexpr int kVec = 16 / static_cast<int>(sizeof(U)), kUnits = kRows / kVec;  // cols: a multiple of kVec here
+#pragma unroll 4
+    for (int u = ct; u < kT * kUnits; u += kConsumers) {
+      const int r = u / kUnits, q = u % kUnits;
+      if (r < rows && kVec * q < cols)
+        *reinterpret_cast<uint4*>(dst + r * pitch + kVec * q) =
+            *reinterpret_cast<const uint4*>(tile + r * kPitch + kVec * q);
+    }
+  } else {
+#pragma unroll 4
+    for (int u = ct; u < kT * kRows; u += kConsumers) {
+      const int r = u / kRows, c = u % kRows;
+      if (r < rows && c < cols) dst[r * pitch + c] = tile[r * kPitch + c];
+    }
+  }
+}
+#endif
+
 // Consumers: kRB / kCW row blocks each (kRB = kRows / 64), kT / 2 accumulators and 16 A-fragment registers per
 // row block.
 template <typename T, int kMode, int kT, int kCW, int kRows>
@@ -66,6 +115,7 @@ __global__ void __launch_bounds__(threads(kCW), 1) wgmma_gemm_kernel(const GemmP
   static_assert((kRB == 4 || kRB == 2) && kRB % kCW == 0, "row blocks per block: 2 or 4, whole per consumer");
   constexpr int kThreads = threads(kCW), kB = kRB / kCW;
   constexpr int kStage = stage_bytes(kT, kRB), kXBytes = kT * 128, kAcc = kT / 2;
+  static_assert(kT * (kRows + 8) * static_cast<int>(sizeof(T)) <= kStages * kStage, "tile_out's tile must fit the ring");
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = smem_addr(smem_raw);
   const uint32_t base = (raw + 1023) & ~1023u;
@@ -228,20 +278,21 @@ __global__ void __launch_bounds__(threads(kCW), 1) wgmma_gemm_kernel(const GemmP
 
   // acc[b][4j + e] is the m16n8 accumulator layout of token tile j (8 tokens) of this warp's 16 rows.
   const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kT;
+  if (!split) {  // y_value's values through the ring, out as whole rows of y
+    const int n0 = static_cast<int>(g0 * kTileGroup * 16), cols = min(kRows, p.n - n0);
+    const int rows = static_cast<int>(min(static_cast<int64_t>(kT), p.m - m0));
+    T* const y = static_cast<T*>(p.y) + m0 * p.n + n0;
+    const bool wide = p.n % 8 == 0 && reinterpret_cast<uintptr_t>(p.y) % 16 == 0;
+    tile_out<T, kT, kRows, kCW, kB>(
+        ring, wg, w4, [&](int b, int i, int nl) { return y_value<T>(p, n0 + nl, acc[b][i]); }, y, p.n, rows, cols,
+        wide);
+    return;
+  }
 #pragma unroll
   for (int b = 0; b < kB; ++b) {
     if (kB * wg + b >= live) continue;
     const int tile = static_cast<int>((g0 + kB * wg + b) * kTileGroup + w4);
     if (tile >= p.n16) continue;
-    if (!split) {
-      float t4[1][kT / 8][4];
-#pragma unroll
-      for (int j = 0; j < kT / 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) t4[0][j][e] = acc[b][4 * j + e];
-      store_tiles<T, kT / 8, 1>(p, tile, m0, t4);
-      continue;
-    }
     const int g = lane >> 2, t = lane & 3;  // K split: raw f32 partial sums, [split][token][n - n0]
     const int n0 = p.split_rb0 * kRows, wn = p.n - n0;
 #pragma unroll

@@ -178,13 +178,18 @@ __device__ __forceinline__ void dequant_step(uint32_t q, const uint32_t (&ws2)[2
   for (int pp = 0; pp < 4; ++pp) a[pp] = deq_reg<T, kMode>(q, pp, ws2[pp & 1], wsx[pp & 1]);
 }
 
-// The output of every GEMM kernel: y[tok, n] = T(T(sum · out_scale) + bias[n]).
+// The output of every GEMM kernel: y[tok, n] = T(T(sum · out_scale) + bias[n]) (y_value: that value; store_y
+// writes it).
 template <typename T>
-__device__ __forceinline__ void store_y(const GemmParams& p, int64_t tok, int n, float sum) {
+__device__ __forceinline__ T y_value(const GemmParams& p, int n, float sum) {
   using A = Act<T>;
   T out = A::one(__fmul_rn(sum, p.out_scale));
   if (p.bias) out = A::one(__fadd_rn(A::back(out), p.bias[n]));
-  static_cast<T*>(p.y)[tok * p.n + n] = out;
+  return out;
+}
+template <typename T>
+__device__ __forceinline__ void store_y(const GemmParams& p, int64_t tok, int n, float sum) {
+  static_cast<T*>(p.y)[tok * p.n + n] = y_value<T>(p, n, sum);
 }
 
 // Epilogue of one tile group: store_y for the rows and tokens inside the output.
