@@ -486,13 +486,14 @@ void set_weight_tile_rows(CudaLinear& l, int rows) { dynamic_cast<CudaLinearImpl
 int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k, bool wgmma) {
   const int64_t nk = n * k;
   // Hopper: the wgmma kernel (M > 32) reads the weights once per 64-128 tokens and never writes a dequantized
-  // copy; it wins up to M = 256 on small layers (at 384-2048 within +-15% of the dequantize + cuBLAS path, mostly
-  // slower), 1536 on mid-size ones (2048 within 5% either way) and at least 2048 on large ones (0.84-0.94 there,
+  // copy; it wins up to M = 512 on small layers (since its epilogue goes through shared memory, change 71: at 384
+  // and 512 0.84-0.93x the dequantize + cuBLAS path's time, 6144x4096 at 512 0.99-1.00x; at 768-2048
+  // 0.96-1.13x), 1536 on mid-size ones (2048 within 5% either way) and at least 2048 on large ones (0.84-0.94 there,
   // not measured above); the vLLM flavour's per-weight f32 rounding made it lose from M = 384 on small layers,
   // 512 on mid-size and (since change 47's faster dequantization) 768 on large ones (docs/PERF.md, changes 28
   // and 52); its power-of-two form (change 55) speeds up both paths and its scan to M = 192 agrees on the small
   // layers (the dequantize + cuBLAS path ahead at 192), so the flavour keeps these crossovers.
-  if (wgmma && s != Semantics::W4A4_VLLM) return nk < (48ll << 20) ? 256 : nk < (200ll << 20) ? 1536 : 2048;
+  if (wgmma && s != Semantics::W4A4_VLLM) return nk < (48ll << 20) ? 512 : nk < (200ll << 20) ? 1536 : 2048;
   if (wgmma) return nk < (48ll << 20) ? 128 : nk < (200ll << 20) ? 384 : 512;
   // Elsewhere the decode kernel with 32-token tiles: the exact-weight kernel (w4a16, and w4a4 on its
   // dequantized activations) wins up to M = 64 on small layers and up to 96-128 on large ones; the vLLM
