@@ -58,20 +58,22 @@ constexpr int stage_bytes(int kt, int rb) { return (kt * 128 + rb * (kCodeBytes 
 constexpr int smem_bytes(int kt, int rb) { return 1024 + kStages * stage_bytes(kt, rb) + 2 * kStages * 8; }
 
 // Epilogue of the consumer warpgroups without a K split: the block's kT x kRows outputs (value(b, i, nl): the lane's
-// accumulator i of its row block b, at column nl of the block) written per lane into token rows of shared memory
-// (the ring: every chunk has been consumed, no copy is in flight), then copied out as whole rows: row r (< rows)
-// to dst + r·pitch, its first `cols` values, in 16-byte units where `wide` (pitch and dst 16-byte aligned).
+// accumulator i of its row block b, at column nl of the block) written per lane into token rows of the ring (kRing
+// bytes; every chunk has been consumed, no copy is in flight), then copied out as whole rows: row r (< rows) to
+// dst + r·pitch, its first `cols` values, in 16-byte units where `wide` (pitch a multiple of 8, dst 16-byte aligned).
 // Stored straight from the accumulators (2-byte stores of 8 rows x 4 tokens each, unrolled over every token tile),
-// the epilogue took about a fifth of the consumers' sampled time at M = 1024 (ncu); this form is 2-10% faster
-// where the kernel runs without a K split, while staging a split's f32 partial sums the same way was 1-3% slower
-// (docs/PERF.md, change 71).
+// the epilogue took about a fifth of the consumers' sampled time at M = 1024 (ncu); this form made most rows at
+// M = 256-2048 2-10% faster, while staging a split's f32 partial sums the same way made the split rows 0.6-2.8%
+// slower (docs/PERF.md, change 71).
 #ifdef NVFP4_WGMMA
-template <typename U, int kT, int kRows, int kCW, int kB, typename F>
-__device__ __forceinline__ void tile_out(uint8_t* ring, int wg, int w4, F value, U* dst, int64_t pitch, int rows,
+template <typename T, int kT, int kRows, int kCW, int kB, int kRing, typename F>
+__device__ __forceinline__ void tile_out(uint8_t* ring, int wg, int w4, F value, T* dst, int64_t pitch, int rows,
                                          int cols, bool wide) {
-  constexpr int kPitch = kRows + 16 / static_cast<int>(sizeof(U));  // 16 bytes of padding: no bank conflicts
+  constexpr int kVec = 16 / static_cast<int>(sizeof(T));  // values per 16-byte unit
+  constexpr int kPitch = kRows + kVec;                     // 16 bytes of padding per row: no bank conflicts
+  static_assert(kT * kPitch * static_cast<int>(sizeof(T)) <= kRing, "the output tile must fit the ring");
   constexpr int kConsumers = 128 * kCW;
-  U* const tile = reinterpret_cast<U*>(ring);
+  T* const tile = reinterpret_cast<T*>(ring);
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, ct = threadIdx.x - 128;
   fence_proxy_async();            // the ring was last read by the MMAs and written by the copies (async proxy)
   named_bar_sync(1, kConsumers);  // every consumer warp's MMAs are done
@@ -88,7 +90,7 @@ __device__ __forceinline__ void tile_out(uint8_t* ring, int wg, int w4, F value,
   }
   named_bar_sync(1, kConsumers);
   if (wide) {
-    constexpr int kVec = 16 / static_cast<int>(sizeof(U)), kUnits = kRows / kVec;  // cols: a multiple of kVec here
+    constexpr int kUnits = kRows / kVec;  // cols: a multiple of kVec here
 #pragma unroll 4
     for (int u = ct; u < kT * kUnits; u += kConsumers) {
       const int r = u / kUnits, q = u % kUnits;
@@ -115,7 +117,6 @@ __global__ void __launch_bounds__(threads(kCW), 1) wgmma_gemm_kernel(const GemmP
   static_assert((kRB == 4 || kRB == 2) && kRB % kCW == 0, "row blocks per block: 2 or 4, whole per consumer");
   constexpr int kThreads = threads(kCW), kB = kRB / kCW;
   constexpr int kStage = stage_bytes(kT, kRB), kXBytes = kT * 128, kAcc = kT / 2;
-  static_assert(kT * (kRows + 8) * static_cast<int>(sizeof(T)) <= kStages * kStage, "tile_out's tile must fit the ring");
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = smem_addr(smem_raw);
   const uint32_t base = (raw + 1023) & ~1023u;
@@ -283,7 +284,7 @@ __global__ void __launch_bounds__(threads(kCW), 1) wgmma_gemm_kernel(const GemmP
     const int rows = static_cast<int>(min(static_cast<int64_t>(kT), p.m - m0));
     T* const y = static_cast<T*>(p.y) + m0 * p.n + n0;
     const bool wide = p.n % 8 == 0 && reinterpret_cast<uintptr_t>(p.y) % 16 == 0;
-    tile_out<T, kT, kRows, kCW, kB>(
+    tile_out<T, kT, kRows, kCW, kB, kStages * kStage>(
         ring, wg, w4, [&](int b, int i, int nl) { return y_value<T>(p, n0 + nl, acc[b][i]); }, y, p.n, rows, cols,
         wide);
     return;
