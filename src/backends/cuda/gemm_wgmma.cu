@@ -15,10 +15,11 @@
 // 0 also the activation tile's), so four warps issue in parallel: one thread issuing all nine copies of a chunk
 // took about as long as the consumers' chunk at M <= 64 (docs/PERF.md, change 26). The kCW (2 or 4) others are the
 // consumers, each owning 4 / kCW of the row blocks: they wait for a stage, dequantize their weights into A
-// fragments, issue the chunk's MMAs, and release the stage (a second mbarrier per stage, one arrival per consumer
-// warp) once those MMAs are done, which they wait for only after issuing the next chunk's (two A buffers; one
-// where the registers do not hold two). The warpgroups keep no common pace: while one dequantizes, another's MMAs can
-// run, and the producer warps refill a stage as soon as all consumers have released it.
+// fragments and issue the chunk's MMAs in two halves (K steps 0-1, then 2-3), and release the stage (a second
+// mbarrier per stage, one arrival per consumer warp) once those MMAs are done, which they wait for only after
+// issuing the next chunk's (two A buffers; one where the registers do not hold two). The warpgroups keep no
+// common pace: while one dequantizes, another's MMAs can run, and the producer warps refill a stage as soon as all
+// consumers have released it.
 // Blocks of 128 rows (two consumer warpgroups of one row block each) double the blocks of a layer: for grids whose
 // 256-row blocks leave SMs idle or need a deep K split (the host's wgmma_grid).
 // Grid: x = token blocks of kT (fastest: blocks reading the same weights run together), y = blocks of kRows rows:
@@ -209,70 +210,93 @@ __global__ void __launch_bounds__(threads(kCW), 1) wgmma_gemm_kernel(const GemmP
     for (int i = 0; i < kAcc; ++i) acc[b][i] = 0.0f;
   pdl_wait();  // before writing y
   pdl_launch_dependents();
+  // The ring position of chunk i: stage s = i % kStages and parity (i / kStages) & 1, stepped once per chunk
+  // rather than divided out, and the stage's shared-memory addresses from one pinned 32-bit base, so that the
+  // loop carries no division, no generic-to-shared conversion and no descriptor arithmetic beyond one add per
+  // K step (the descriptor's address field is addr >> 4 of a 1024-byte aligned stage, and step k reads 32k
+  // bytes further; docs/PERF.md, change 72).
+  uint32_t sbase = base;
+  asm volatile("" : "+r"(sbase));  // kept in a register, not recomputed from the shared window each chunk
+  const uint32_t codes_off = kXBytes + (kB * wg) * kCodeBytes + (w4 * 32 + lane) * 16;
+  const uint32_t scales_off = kXBytes + kRB * kCodeBytes + (kB * wg) * kScaleBytes + (w4 * 32 + lane) * 2;
+  struct Pos {
+    int s;
+    uint32_t parity;
+  };
+  auto next = [](Pos q) { return q.s + 1 == kStages ? Pos{0, q.parity ^ 1u} : Pos{q.s + 1, q.parity}; };
   // Two A-fragment buffers: chunk i + 1 is dequantized while chunk i's MMAs run, and a stage is released once the
-  // MMAs of the chunk after it have been issued (wgmma_wait<1>: at most that one group still in flight).
+  // MMAs of the chunk after it have been issued (wgmma_wait<2>: at most that chunk's two groups still in flight).
   uint32_t a0[kB][4][4], a1[kB][4][4];  // a1: not used by the one-buffer loop below
-  auto dequant = [&](int i, uint32_t (&a)[kB][4][4]) {
-    const int s = i % kStages;
-    mbar_wait(full0 + 8 * s, (i / kStages) & 1);
-    const uint8_t* st = ring + s * kStage + kXBytes;
+  // One chunk: its stage's codes and scales, then the A fragments of K steps 0-1 and their MMAs, then those of
+  // steps 2-3, so that the tensor cores get the first half of a chunk's MMAs while its second half is still being
+  // dequantized. Each half is a commit group of its own (a register fence before it: its MMAs read A registers
+  // written since the last one), so a chunk is two groups.
+  auto chunk = [&](Pos q, uint32_t (&a)[kB][4][4]) {
+    mbar_wait(full0 + 8 * q.s, q.parity);
+    const uint32_t st = sbase + q.s * kStage;
     uint4 wv[kB];
     uint32_t sv[kB];
 #pragma unroll
     for (int b = 0; b < kB; ++b) {
-      wv[b] = reinterpret_cast<const uint4*>(st + (kB * wg + b) * kCodeBytes)[w4 * 32 + lane];
-      sv[b] = reinterpret_cast<const uint16_t*>(st + kRB * kCodeBytes + (kB * wg + b) * kScaleBytes)[w4 * 32 + lane];
+      wv[b] = lds128(st + codes_off + b * kCodeBytes);
+      sv[b] = lds16(st + scales_off + b * kScaleBytes);
     }
     uint32_t ws2[kB][2], wsx[kB][2];
     scale_regs<T, kMode, kB>(sv, p.w_dec, ws2, wsx);
+    const uint64_t desc = smem_desc(st);
 #pragma unroll
     for (int b = 0; b < kB; ++b) {
       dequant_step<T, kMode>(wv[b].x, ws2[b], wsx[b], a[b][0]);
       dequant_step<T, kMode>(wv[b].y, ws2[b], wsx[b], a[b][1]);
+    }
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < 2; ++k)
+#pragma unroll
+      for (int b = 0; b < kB; ++b) wgmma_m64k16<T, kT>(acc[b], a[b][k], desc + 2 * k);
+    wgmma_commit();
+#pragma unroll
+    for (int b = 0; b < kB; ++b) {
       dequant_step<T, kMode>(wv[b].z, ws2[b], wsx[b], a[b][2]);
       dequant_step<T, kMode>(wv[b].w, ws2[b], wsx[b], a[b][3]);
     }
-  };
-  auto mma = [&](int i, const uint32_t (&a)[kB][4][4]) {
-    const uint32_t xaddr = base + (i % kStages) * kStage;
     wgmma_fence();
 #pragma unroll
-    for (int k = 0; k < 4; ++k)
+    for (int k = 2; k < 4; ++k)
 #pragma unroll
-      for (int b = 0; b < kB; ++b) wgmma_m64k16<T, kT>(acc[b], a[b][k], smem_desc(xaddr + 32 * k));
+      for (int b = 0; b < kB; ++b) wgmma_m64k16<T, kT>(acc[b], a[b][k], desc + 2 * k);
     wgmma_commit();
   };
-  auto release = [&](int i) {
+  auto release = [&](Pos q) {
     __syncwarp();
-    if (lane == 0) mbar_arrive(empty0 + 8 * (i % kStages));
+    if (lane == 0) mbar_arrive(empty0 + 8 * q.s);
   };
+  Pos cur{0, 0};
   if constexpr (kT == 128 && kCW == 4) {
     // 112 registers hold 64 accumulators and one A buffer, not two (ptxas would serialize the MMAs): one chunk
     // at a time.
-    for (int i = 0; i < nc; ++i) {
-      dequant(i, a0);
-      mma(i, a0);
+    for (int i = 0; i < nc; ++i, cur = next(cur)) {
+      chunk(cur, a0);
       wgmma_wait<0>();
-      release(i);
+      release(cur);
     }
   } else {
-    if (nc > 0) {
-      dequant(0, a0);
-      mma(0, a0);
-    }
+    if (nc > 0) chunk(cur, a0);
     for (int i = 1; i < nc; i += 2) {
-      dequant(i, a1);
-      mma(i, a1);
-      wgmma_wait<1>();
-      release(i - 1);
+      const Pos q1 = next(cur);
+      chunk(q1, a1);
+      wgmma_wait<2>();
+      release(cur);
+      cur = q1;
       if (i + 1 == nc) break;
-      dequant(i + 1, a0);
-      mma(i + 1, a0);
-      wgmma_wait<1>();
-      release(i);
+      const Pos q2 = next(cur);
+      chunk(q2, a0);
+      wgmma_wait<2>();
+      release(cur);
+      cur = q2;
     }
     wgmma_wait<0>();
-    if (nc > 0) release(nc - 1);
+    if (nc > 0) release(cur);
   }
 #pragma unroll
   for (int b = 0; b < kB; ++b) fence_acc(acc[b]);
