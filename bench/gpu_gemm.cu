@@ -310,7 +310,7 @@ int main(int argc, char** argv) {
       for (int64_t t : tile_mbs) variants.push_back({static_cast<int>(rules.front()), 0, static_cast<int>(t)});
       if (quantizer_rows && m == 1) variants.push_back({static_cast<int>(rules.front()), 0, 0, true});
       for (int sidx = 0; sidx < 3; ++sidx) {
-        const bool fused_path = m <= cuda::fused_max_m(*lin[sidx][0]);
+        const bool fused_path = cuda::uses_fused_kernel(*lin[sidx][0], m);
         bool printed = false;
         for (size_t vi = 0; vi < variants.size(); ++vi) {
           const Variant& v = variants[vi];

@@ -225,7 +225,7 @@ class CudaLinearImpl final : public CudaLinear {
     int major = 0;
     check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
     programmatic_ = major >= 9;
-    fused_max_m_ = default_fused_max_m(s, n_, k_, wgmma_);
+    set_fused_max_m(-1);
     keep_pool_memory(device);
   }
   void set_tile_rows(int rows) {
@@ -255,7 +255,12 @@ class CudaLinearImpl final : public CudaLinear {
     forced_splits_ = std::max(0, s);
     forced_split_rb0_ = rb0;
   }
-  void set_fused_max_m(int64_t m) { fused_max_m_ = m < 0 ? default_fused_max_m(sem_, n_, k_, wgmma_) : m; }
+  // m < 0: the default crossovers; else every M up to m on the fused kernels and none above.
+  void set_fused_max_m(int64_t m) {
+    fused_max_m_ = m < 0 ? default_fused_max_m(sem_, n_, k_, wgmma_) : m;
+    full_round_max_m_ = m < 0 ? default_full_round_max_m(sem_, n_, k_, wgmma_) : 0;
+  }
+  bool uses_fused(int64_t m) const { return fused_kernel_at(m, fused_max_m_, full_round_max_m_, n_, n16_, kc_, sms_); }
   const VllmPow2Plan& vllm_plan() const { return vllm_; }
   int64_t fused_max_m() const { return fused_max_m_; }
   Semantics semantics() const override { return sem_; }
@@ -273,7 +278,7 @@ class CudaLinearImpl final : public CudaLinear {
     const DeviceGuard guard(device_);
     std::lock_guard<std::mutex> lock(mu_);
     detail::GemmParams p = params(m, y);
-    const bool large = m > fused_max_m_;
+    const bool large = !uses_fused(m);
     if (sem_ == Semantics::W4A16) {
       if (large) return run_large(static_cast<const uint8_t*>(x), m, y, stream);
       p.x = x;
@@ -435,7 +440,7 @@ class CudaLinearImpl final : public CudaLinear {
   int device_;
   int64_t n_ = 0, k_ = 0, n16_ = 0, kc_ = 0;
   int chunk_rows_ = 128;
-  int64_t fused_max_m_ = 64;
+  int64_t fused_max_m_ = 64, full_round_max_m_ = 0;
   float w_dec_ = 1.0f, x_enc_ = 1.0f;
   float out_factor_ = 1.0f;  // linear_output_factor (D_w, f32(D_x·D_w) or 1)
   VllmPow2Plan vllm_;        // w4a4-vllm: the power-of-two form's plan (vllm_weights.h)
@@ -500,6 +505,14 @@ int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k, bool wgmma) {
   // flavour loses earlier on N = 4096 layers.
   if (s != Semantics::W4A4_VLLM) return nk < (48ll << 20) ? 64 : nk < (200ll << 20) ? 96 : 128;
   return n < 6144 ? 32 : 64;
+}
+
+int64_t default_full_round_max_m(Semantics s, int64_t n, int64_t k, bool wgmma) {
+  // Measured after change 72 (dequantize + cuBLAS path against the wgmma kernel, small layers): at M = 1024 the
+  // wgmma kernel took 0.93x that path's time on 4096x4096 (128 blocks of 256 rows: one round, fill 0.97) and
+  // 0.97x on 6144x4096 (fill 0.88), 1.12x and 1.03x at 768 (fill 0.77, 0.85), 0.99-1.05x at 1536 and 0.96-1.02x
+  // at 2048 (fill 0.97 on both: a tie there, so the path is kept above 1024).
+  return wgmma && s != Semantics::W4A4_VLLM && n * k < (48ll << 20) ? 1024 : 0;
 }
 
 bool row_quant_pays(const DecodeGrid& g, int64_t kc, int sms) {
@@ -638,6 +651,11 @@ int64_t makespan_chunks(int64_t a, int64_t la, int64_t b, int64_t lb, int sms) {
   }
   return end;
 }
+
+// µs per K chunk of a round of blocks of kt tokens and `rows` weight rows. Blocks of 128 rows: 0.55x the 256-row
+// block's time per chunk (fitted to 38 bench rows at M = 64-2048, both sizes measured in one run; the long grids
+// alone give 0.55-0.64 at 128 tokens, 0.5 at 64; change 68).
+double wgmma_chunk_us(int kt, int rows) { return (kt == 64 ? 0.55 : 0.74) * (rows == 128 ? 0.55 : 1.0); }
 }  // namespace
 
 double wgmma_time_us(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms, WgmmaSplit split, int rows) {
@@ -646,9 +664,7 @@ double wgmma_time_us(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms, Wgm
   // 5 TB/s where they take at most kWgmmaL2PartialBytes (they stay in the 60 MB L2 while the weights stream
   // through it evict-first) and 3 TB/s above (docs/PERF.md, change 63); the reduction's launch.
   const int kt = wgmma_tile_tokens(m);
-  // Blocks of 128 rows: 0.55x the 256-row block's time per chunk (fitted to 38 bench rows at M = 64-2048, both
-  // sizes measured in one run; the long grids alone give 0.55-0.64 at 128 tokens, 0.5 at 64; change 68).
-  const double chunk_us = (kt == 64 ? 0.55 : 0.74) * (rows == 128 ? 0.55 : 1.0), reduce_launch_us = 2.0;
+  const double chunk_us = wgmma_chunk_us(kt, rows), reduce_launch_us = 2.0;
   const double l2_bytes_per_us = 5.0e6, hbm_bytes_per_us = 3.0e6;  // partial sums in L2, or beyond it
   const int64_t token_blocks = ceil_div(m, kt), row_blocks = wgmma_row_blocks(n16, rows);
   const int s = std::max(1, split.splits);
@@ -691,9 +707,23 @@ WgmmaGrid wgmma_grid(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms) {
   return t128 < t256 ? g128 : g256;
 }
 
+double wgmma_round_fill(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms) {
+  const WgmmaGrid g = wgmma_grid(m, n, n16, kc, sms);
+  const int64_t blocks = ceil_div(m, wgmma_tile_tokens(m)) * wgmma_row_blocks(n16, 256);
+  const double even = static_cast<double>(blocks * kc) / std::max(sms, 1) * wgmma_chunk_us(wgmma_tile_tokens(m), 256);
+  return even / wgmma_time_us(m, n, n16, kc, sms, g.split, g.rows);
+}
+
+bool fused_kernel_at(int64_t m, int64_t fused_max_m, int64_t full_round_max_m, int64_t n, int64_t n16, int64_t kc,
+                     int sms) {
+  if (m <= fused_max_m) return true;
+  return m <= full_round_max_m && wgmma_round_fill(m, n, n16, kc, sms) >= kFullRoundFill;
+}
+
 void set_programmatic_launch(bool on) { g_programmatic.store(on, std::memory_order_relaxed); }
 
 int64_t fused_max_m(const CudaLinear& l) { return dynamic_cast<const CudaLinearImpl&>(l).fused_max_m(); }
+bool uses_fused_kernel(const CudaLinear& l, int64_t m) { return dynamic_cast<const CudaLinearImpl&>(l).uses_fused(m); }
 bool vllm_weights_pow2(const CudaLinear& l) { return dynamic_cast<const CudaLinearImpl&>(l).vllm_plan().ok; }
 
 }  // namespace nvfp4::cuda

@@ -60,10 +60,23 @@ bool row_quant_pays(const DecodeGrid& g, int64_t kc, int sms);
 // Default crossover (largest M on the fused kernel) for a layer of this shape and semantics, on a device
 // that runs the wgmma kernel (M > 32) or not.
 int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k, bool wgmma);
+// Above that crossover, the largest M at which the wgmma kernel still runs where its grid fills its rounds
+// (wgmma_round_fill >= kFullRoundFill); 0: none. Small layers, exact semantics: 1024 (docs/PERF.md, change 73).
+int64_t default_full_round_max_m(Semantics s, int64_t n, int64_t k, bool wgmma);
+inline constexpr double kFullRoundFill = 0.95;
+// How fully the wgmma kernel's grid (wgmma_grid's) uses the SMs: the time of its work spread evenly over them
+// (256-row blocks, one chunk of a round each) over wgmma_time_us's estimate for that grid; 1 for whole rounds.
+double wgmma_round_fill(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms);
+// Whether M runs the fused kernels rather than the dequantize + cuBLAS path: M <= fused_max_m, or M <=
+// full_round_max_m where the wgmma grid fills its rounds (host rule, no device needed).
+bool fused_kernel_at(int64_t m, int64_t fused_max_m, int64_t full_round_max_m, int64_t n, int64_t n16, int64_t kc,
+                     int sms);
 // w4a4-vllm: whether the kernels use the power-of-two form of the weights (vllm_weights.h) or round each weight.
 bool vllm_weights_pow2(const CudaLinear& l);
-// The layer's current crossover.
+// The layer's current crossover, and whether a call of M rows runs the fused kernels (fused_kernel_at with the
+// layer's crossovers: set_fused_max_m's, or the defaults).
 int64_t fused_max_m(const CudaLinear& l);
+bool uses_fused_kernel(const CudaLinear& l, int64_t m);
 // The wgmma kernel's grid (host rules, no device needed): token tile (64 for M <= 64, else 128), blocks of 256 or
 // 128 weight rows (one per SM) and K split. A split covers the row blocks from split_rb0 on (0: all; those before
 // it run whole), each over `splits` blocks of one K range. Estimated µs: the finish time of the blocks, each

@@ -135,6 +135,36 @@ TEST(CudaWgmmaGrid, RowsPerBlockFollowTheTimeEstimate) {
   EXPECT_EQ(wgmma_grid(1024, 57344, 57344 / 16, 8192 / 64, 132).rows, 256);
 }
 
+// Above the small layers' crossover (M = 512), M up to 1024 stays on the wgmma kernel where its grid fills its
+// rounds. 4096x4096 at M = 1024: 8 token tiles x 16 row blocks = 128 blocks of 64 chunks, one round unsplit (the
+// grid's pick), so the fill is 128 / 132. At M = 768 (96 blocks) and on 6144x4096 at M = 1024 (192 blocks, 1.45
+// rounds) the grids leave SMs idle: the dequantize + cuBLAS path.
+TEST(CudaWgmmaGrid, FullRoundsKeepSmallLayersOnTheWgmmaKernel) {
+  const WgmmaGrid g = wgmma_grid(1024, 4096, 4096 / 16, 4096 / 64, 132);
+  EXPECT_EQ(g.rows, 256);
+  EXPECT_EQ(g.split.splits, 1);
+  EXPECT_NEAR(wgmma_round_fill(1024, 4096, 4096 / 16, 4096 / 64, 132), 128.0 / 132.0, 1e-9);
+  EXPECT_LT(wgmma_round_fill(768, 4096, 4096 / 16, 4096 / 64, 132), kFullRoundFill);
+  EXPECT_LT(wgmma_round_fill(1024, 6144, 6144 / 16, 4096 / 64, 132), kFullRoundFill);
+  // Whole rounds of 256-row blocks on any SM count: 16 row blocks x 8 token tiles on 64 SMs, exactly 2 rounds.
+  EXPECT_NEAR(wgmma_round_fill(1024, 4096, 4096 / 16, 4096 / 64, 64), 1.0, 1e-9);
+
+  EXPECT_EQ(default_full_round_max_m(Semantics::W4A16, 4096, 4096, true), 1024);
+  EXPECT_EQ(default_full_round_max_m(Semantics::W4A4, 6144, 4096, true), 1024);
+  EXPECT_EQ(default_full_round_max_m(Semantics::W4A4_VLLM, 4096, 4096, true), 0);  // its own crossovers
+  EXPECT_EQ(default_full_round_max_m(Semantics::W4A16, 28672, 4096, true), 0);      // not a small layer
+  EXPECT_EQ(default_full_round_max_m(Semantics::W4A16, 4096, 4096, false), 0);      // no wgmma kernel
+
+  const int64_t n16 = 4096 / 16, kc = 4096 / 64;
+  EXPECT_TRUE(fused_kernel_at(512, 512, 1024, 4096, n16, kc, 132));    // the crossover itself
+  EXPECT_TRUE(fused_kernel_at(1024, 512, 1024, 4096, n16, kc, 132));   // one full round
+  EXPECT_FALSE(fused_kernel_at(768, 512, 1024, 4096, n16, kc, 132));   // 96 of 132 SMs
+  EXPECT_FALSE(fused_kernel_at(1024, 512, 0, 4096, n16, kc, 132));     // an explicit crossover: no exception
+  EXPECT_FALSE(fused_kernel_at(1024, 512, 1024, 4096, n16, kc, 120));  // 128 blocks on 120 SMs: 2 rounds
+  EXPECT_FALSE(fused_kernel_at(2048, 512, 1024, 4096, n16, kc, 132));  // full rounds too, but above 1024
+  EXPECT_FALSE(fused_kernel_at(1024, 512, 1024, 6144, 6144 / 16, kc, 132));
+}
+
 // Bench layers on 132 SMs, worked by hand from the rule (blocks with the largest K split, 8 warps per block; 3
 // blocks per SM for one token tile and one weight tile per warp and for the light variants, 2 otherwise).
 TEST(CudaDecodeGrid, TilesPerWarpAndSplitByRule) {
