@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <type_traits>
 
 #include "backends/cuda/gemm.cuh"
 #include "backends/cuda/mma_frag.cuh"
@@ -244,28 +245,22 @@ __global__ void __launch_bounds__(threads(kCW), 1) wgmma_gemm_kernel(const GemmP
     uint32_t ws2[kB][2], wsx[kB][2];
     scale_regs<T, kMode, kB>(sv, p.w_dec, ws2, wsx);
     const uint64_t desc = smem_desc(st);
+    auto half = [&](auto first) {  // K steps h and h + 1
+      constexpr int h = decltype(first)::value;
 #pragma unroll
-    for (int b = 0; b < kB; ++b) {
-      dequant_step<T, kMode>(wv[b].x, ws2[b], wsx[b], a[b][0]);
-      dequant_step<T, kMode>(wv[b].y, ws2[b], wsx[b], a[b][1]);
-    }
-    wgmma_fence();
+      for (int b = 0; b < kB; ++b) {
+        dequant_step<T, kMode>(h == 0 ? wv[b].x : wv[b].z, ws2[b], wsx[b], a[b][h]);
+        dequant_step<T, kMode>(h == 0 ? wv[b].y : wv[b].w, ws2[b], wsx[b], a[b][h + 1]);
+      }
+      wgmma_fence();
 #pragma unroll
-    for (int k = 0; k < 2; ++k)
+      for (int k = h; k < h + 2; ++k)
 #pragma unroll
-      for (int b = 0; b < kB; ++b) wgmma_m64k16<T, kT>(acc[b], a[b][k], desc + 2 * k);
-    wgmma_commit();
-#pragma unroll
-    for (int b = 0; b < kB; ++b) {
-      dequant_step<T, kMode>(wv[b].z, ws2[b], wsx[b], a[b][2]);
-      dequant_step<T, kMode>(wv[b].w, ws2[b], wsx[b], a[b][3]);
-    }
-    wgmma_fence();
-#pragma unroll
-    for (int k = 2; k < 4; ++k)
-#pragma unroll
-      for (int b = 0; b < kB; ++b) wgmma_m64k16<T, kT>(acc[b], a[b][k], desc + 2 * k);
-    wgmma_commit();
+        for (int b = 0; b < kB; ++b) wgmma_m64k16<T, kT>(acc[b], a[b][k], desc + 2 * k);
+      wgmma_commit();
+    };
+    half(std::integral_constant<int, 0>{});
+    half(std::integral_constant<int, 2>{});
   };
   auto release = [&](Pos q) {
     __syncwarp();
