@@ -260,7 +260,9 @@ class CudaLinearImpl final : public CudaLinear {
     fused_max_m_ = m < 0 ? default_fused_max_m(sem_, n_, k_, wgmma_) : m;
     full_round_max_m_ = m < 0 ? default_full_round_max_m(sem_, n_, k_, wgmma_) : 0;
   }
-  bool uses_fused(int64_t m) const { return fused_kernel_at(m, fused_max_m_, full_round_max_m_, n_, n16_, kc_, sms_); }
+  bool uses_fused(int64_t m) const {
+    return fused_kernel_at(m, fused_max_m_, full_round_max_m_, n_, n16_, kc_, sms_);
+  }
   const VllmPow2Plan& vllm_plan() const { return vllm_; }
   int64_t fused_max_m() const { return fused_max_m_; }
   Semantics semantics() const override { return sem_; }
@@ -488,6 +490,12 @@ void set_wgmma_splits(CudaLinear& l, int splits, int split_rb0) {
 void set_weight_tile_rows(CudaLinear& l, int rows) { dynamic_cast<CudaLinearImpl&>(l).set_tile_rows(rows); }
 
 // Largest M on the fused kernel; above it, dequantized weight tiles + cuBLAS (docs/PERF.md, crossover).
+namespace {
+// Layer size classes of the crossovers (weights N·K): small below 48 Mi (4096x4096, 6144x4096), mid-size below
+// 200 Mi, large above.
+constexpr int64_t kSmallLayerWeights = 48ll << 20, kMidLayerWeights = 200ll << 20;
+}  // namespace
+
 int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k, bool wgmma) {
   const int64_t nk = n * k;
   // Hopper: the wgmma kernel (M > 32) reads the weights once per 64-128 tokens and never writes a dequantized
@@ -498,12 +506,12 @@ int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k, bool wgmma) {
   // 512 on mid-size and (since change 47's faster dequantization) 768 on large ones (docs/PERF.md, changes 28
   // and 52); its power-of-two form (change 55) speeds up both paths and its scan to M = 192 agrees on the small
   // layers (the dequantize + cuBLAS path ahead at 192), so the flavour keeps these crossovers.
-  if (wgmma && s != Semantics::W4A4_VLLM) return nk < (48ll << 20) ? 512 : nk < (200ll << 20) ? 1536 : 2048;
-  if (wgmma) return nk < (48ll << 20) ? 128 : nk < (200ll << 20) ? 384 : 512;
+  if (wgmma && s != Semantics::W4A4_VLLM) return nk < kSmallLayerWeights ? 512 : nk < kMidLayerWeights ? 1536 : 2048;
+  if (wgmma) return nk < kSmallLayerWeights ? 128 : nk < kMidLayerWeights ? 384 : 512;
   // Elsewhere the decode kernel with 32-token tiles: the exact-weight kernel (w4a16, and w4a4 on its
   // dequantized activations) wins up to M = 64 on small layers and up to 96-128 on large ones; the vLLM
   // flavour loses earlier on N = 4096 layers.
-  if (s != Semantics::W4A4_VLLM) return nk < (48ll << 20) ? 64 : nk < (200ll << 20) ? 96 : 128;
+  if (s != Semantics::W4A4_VLLM) return nk < kSmallLayerWeights ? 64 : nk < kMidLayerWeights ? 96 : 128;
   return n < 6144 ? 32 : 64;
 }
 
@@ -512,7 +520,7 @@ int64_t default_full_round_max_m(Semantics s, int64_t n, int64_t k, bool wgmma) 
   // wgmma kernel took 0.93x that path's time on 4096x4096 (128 blocks of 256 rows: one round, fill 0.97) and
   // 0.97x on 6144x4096 (fill 0.88), 1.12x and 1.03x at 768 (fill 0.77, 0.85), 0.99-1.05x at 1536 and 0.96-1.02x
   // at 2048 (fill 0.97 on both: a tie there, so the path is kept above 1024).
-  return wgmma && s != Semantics::W4A4_VLLM && n * k < (48ll << 20) ? 1024 : 0;
+  return wgmma && s != Semantics::W4A4_VLLM && n * k < kSmallLayerWeights ? 1024 : 0;
 }
 
 bool row_quant_pays(const DecodeGrid& g, int64_t kc, int sms) {
