@@ -46,8 +46,8 @@ bool programmatic_launch_enabled() { return g_programmatic.load(std::memory_orde
 
 constexpr int64_t kWeightChunkBytes = 64ll << 20;  // bound of the dequantized weight tile workspace
 // Grid rule of the fused kernel (set_fused_grid_rule's numbering; docs/PERF.md has the measurements).
-constexpr int kDefaultGridRule = 7;
-// W4A4 at M = 1: the most shared memory a block of the decode kernel takes for quantizing the row itself (8
+constexpr int kDefaultGridRule = 11;
+// W4A4 at M = 1: the most shared memory a block of the decode kernel takes for quantizing the row itself (its
 // warps' K ranges of dequantized values; 32 KB: 3 blocks per SM with the kernels' own 4-16 KB).
 constexpr int64_t kRowQuantMaxSmem = 32 << 10;
 // ... and the most activation values its blocks quantize per SM (every block quantizes the whole row, split over
@@ -524,11 +524,14 @@ int64_t default_full_round_max_m(Semantics s, int64_t n, int64_t k, bool wgmma) 
 }
 
 bool row_quant_pays(const DecodeGrid& g, int64_t kc, int sms) {
-  const int64_t smem = detail::row_quant_smem_bytes(kc, g.wk);  // 8 warps' K ranges of 2-byte values
+  const int64_t smem = detail::row_quant_smem_bytes(kc, g.wk);  // the warps' K ranges of 2-byte values
   return g.nt == 1 && smem <= kRowQuantMaxSmem && g.blocks * (smem / 2) <= kRowQuantMaxValuesPerSm * sms;
 }
 
 DecodeGrid decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, int rule, detail::Mode mode, bool partial_chunk) {
+  // Rules 10 and 11: rule 7's grid, then the wide form where it applies (at the end).
+  const bool wide = rule == 10 || rule == 11, wide16 = rule == 11;
+  if (wide) rule = 7;
   DecodeGrid g;
   g.nt = m <= 8 ? 1 : m <= 16 ? 2 : 4;
   const int nt = g.nt;
@@ -623,6 +626,24 @@ DecodeGrid decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, int rule, de
   if (rule >= 3 && nt == 2 && nw == 1 && (g.blocks > g.slots || rule == 8)) {
     g.light = true;
     g.slots = detail::fused_blocks_per_sm(nt, nw, true) * static_cast<int64_t>(sms);
+  }
+  // Rules 10 and 11 (11 the default): a one-tile grid of one token tile whose tiles fit 2 blocks per SM as one
+  // tile per block (4096x4096 and 4096x14336 at M = 1-8: 256 blocks of 8 warps, 16 warps on most SMs) runs as
+  // blocks of 12 warps, K split 12 ways as evenly as the chunks divide (so a partial last chunk needs no smaller
+  // split), 2 per SM: at M = 1 w4a16 4096x4096 5.1 -> 4.5-4.6 µs, 4096x14336 13.8 -> 11.7, 2048x8192 8.2 -> 6.7
+  // (docs/PERF.md, change 74).
+  if (wide && nt == 1 && g.nw == 1 && !g.light && mblocks * n16 <= 2ll * sms && kc >= 2 * detail::kWideWarps) {
+    g.wk = detail::kWideWarps;
+    g.blocks = mblocks * n16;
+    g.slots = 2ll * sms;
+  }
+  // Rule 11: the same at M = 9-16, on the light 16-token kernel (80 registers: 2 blocks of 12 warps per SM) in
+  // blocks of 12 warps: 4096x14336 at M = 16 16.1 -> 15.2 µs, M = 9 15.6 -> 14.3; 4096x4096 6.0 -> 5.9.
+  if (wide16 && nt == 2 && g.nw == 1 && mblocks * n16 <= 2ll * sms && kc >= 2 * detail::kWideWarps) {
+    g.light = true;
+    g.wk = detail::kWideWarps;
+    g.blocks = mblocks * n16;
+    g.slots = 2ll * sms;
   }
   return g;
 }

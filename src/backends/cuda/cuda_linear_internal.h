@@ -27,12 +27,13 @@ void set_weight_tile_rows(CudaLinear& l, int rows);
 // 3: as 2, and M > 32 on the Hopper wgmma kernel where the device runs it (rules 0-2, and other devices, run
 // the decode kernel with 32-token tiles there); 4, 5: as 3 with blocks of 256 rows and 4 or 2 consumer warpgroups
 // in the wgmma kernel;
-// 6: as 3 with half the weight tiles per warp at M <= 16; 7 (the default): as 3, and grids of 2 tiles per warp
+// 6: as 3 with half the weight tiles per warp at M <= 16; 7: as 3, and grids of 2 tiles per warp
 // that end in a short second wave run the light two-tile kernel at M <= 8 (all but the vLLM flavour's per-weight
 // rounding) and 1 tile per warp at M = 9-16, and grids of 1-2 waves (of the 2-block kernel with 2 or 4 tiles per
 // warp, or of the light 16-token kernel in the exact-weight modes) split K half as much where that fills one
 // wave; 8: as 7 with the light kernels wherever they exist at M <= 16; 9: as 7 with the wgmma kernel's blocks of
-// 128 rows wherever it runs (docs/PERF.md).
+// 128 rows wherever it runs; 10: as 7 with the decode kernel's wide form (decode_grid) at M <= 8 where it
+// applies; 11 (the default): as 10, and the wide form of the light 16-token kernel at M = 9-16 (docs/PERF.md).
 void set_fused_grid_rule(CudaLinear& l, int rule);
 // W4A4 at M = 1: the decode kernel quantizes the activation row itself where row_quant_pays (true, the default),
 // or a quantizer kernel runs before it as at other M (false; measurements, tests).
@@ -44,7 +45,9 @@ bool row_quant_active(const CudaLinear& l, int64_t m);
 // tiles of 8·nt, nw weight tiles per warp, K split over wk warps of a block; light: the kernel variant that
 // fits 3 blocks per SM with shorter register stages (16 tokens and one tile per warp, rule 3 on, where the
 // 2-block one would need more than one wave; 8 tokens and two tiles, rule 7 on); blocks launched and block
-// slots of the GPU (blocks per SM the kernel is compiled for x sms).
+// slots of the GPU (blocks per SM the kernel is compiled for x sms). wk = kWideWarps is the wide form (rules 10
+// and 11: one tile per warp, one token tile, or two on the light kernel under rule 11, at most 2 x sms tiles, >= 2
+// chunks per warp of 12: one tile per block of 12 warps splitting K, 2 blocks per SM).
 struct DecodeGrid {
   int nt = 1, nw = 1, wk = 1;
   bool light = false;

@@ -272,23 +272,29 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, const uint2* pow
   }
 }
 
-// Block: 8 warps; warp w handles kNW consecutive 16-row weight tiles (sharing the activation fragments) and
-// one of p.wk K ranges; the wk partial sums of a tile group are added in a fixed order (deterministic).
-// Grid: x = token tiles of 8·kNT (fastest, so blocks reading the same weights run together), y = tile groups.
-template <typename T, int kMode, int kNT, int kNW, bool kLight, bool kQuant>
-__global__ void __launch_bounds__(256, fused_blocks_per_sm(kNT, kNW, kLight)) fused_gemm_kernel(const GemmParams p) {
-  __shared__ float red[8][kNW * kNT * 4][32];
+// Block: kWarps warps (8, or kWideWarps for the wide form); warp w handles kNW consecutive 16-row weight tiles
+// (sharing the activation fragments) and one of p.wk K ranges; the wk partial sums of a tile group are added in a
+// fixed order (deterministic). Grid: x = token tiles of 8·kNT (fastest, so blocks reading the same weights run
+// together), y = tile groups.
+template <typename T, int kMode, int kNT, int kNW, bool kLight, bool kQuant, int kWarps = 8>
+__global__ void __launch_bounds__(32 * kWarps, kWarps == 8 ? fused_blocks_per_sm(kNT, kNW, kLight) : 2)
+    fused_gemm_kernel(const GemmParams p) {
+  static_assert(kWarps == 8 || (kWarps == kWideWarps && kNW == 1 && (kNT == 1 ? !kLight : kNT == 2 && kLight)),
+                "the wide form is the one-tile kernel's and the light 16-token kernel's");
+  __shared__ float red[kWarps][kNW * kNT * 4][32];
   // kQuant: row_quant_smem_bytes; otherwise unused (p.dyn_smem caps occupancy)
   extern __shared__ __align__(16) uint2 row_smem[];
-  constexpr bool kTable = pow2_table(kMode, kNW, kQuant);  // one entry per thread (blocks of 256 threads)
+  constexpr bool kTable = pow2_table(kMode, kNW, kQuant);  // one entry per scale byte, filled by threads 0-255
   __shared__ uint2 pow2_tab[kTable ? 256 : 1];
   __shared__ float2 factors[kQuant ? kGroupFactors : 1];  // kQuant: fill_group_factors of the flavour
-  if constexpr (kTable) pow2_tab[threadIdx.x] = pow2_table_entry<T>(threadIdx.x, p.w_dec);
+  if constexpr (kTable) {
+    if (kWarps == 8 || threadIdx.x < 256) pow2_tab[threadIdx.x] = pow2_table_entry<T>(threadIdx.x, p.w_dec);
+  }
   if constexpr (kQuant) fill_group_factors<kMode != static_cast<int>(Mode::Exact)>(factors, p.x_gs, p.x_inv_gs);
   if constexpr (kTable || kQuant) __syncthreads();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int wk = p.wk, wn = warp / wk, kk = warp % wk;
-  const int tile0 = (blockIdx.y * (8 / wk) + wn) * kNW;
+  const int wk = kWarps == 8 ? p.wk : kWarps, wn = warp / wk, kk = warp % wk;
+  const int tile0 = (blockIdx.y * (kWarps / wk) + wn) * kNW;
   const int64_t m0 = static_cast<int64_t>(blockIdx.x) * 8 * kNT;
   const bool active = tile0 < p.n16;
 
@@ -302,7 +308,10 @@ __global__ void __launch_bounds__(256, fused_blocks_per_sm(kNT, kNW, kLight)) fu
 
   if (active) {
     const int per = (p.kc + wk - 1) / wk;
-    const int c0 = kk * per, c1 = min(p.kc, c0 + per);
+    // 8 warps: ranges of ceil(kc / wk) chunks (the last shorter); the wide form: kk·kc / wk .. (kk + 1)·kc / wk,
+    // at most per chunks each and none empty (kc >= kWideWarps), so the chunk past K is the last warp's alone.
+    const int c0 = kWarps == 8 ? kk * per : kk * p.kc / wk;
+    const int c1 = kWarps == 8 ? min(p.kc, c0 + per) : (kk + 1) * p.kc / wk;
     accumulate<T, kMode, kNT, kNW, kLight, kQuant>(p, pow2_tab, factors, row_smem + warp * per * 16, tile0, m0, c0,
                                                    c1, acc);
   } else {
@@ -332,17 +341,25 @@ __global__ void __launch_bounds__(256, fused_blocks_per_sm(kNT, kNW, kLight)) fu
   store_tiles<T, kNT, kNW>(p, tile0, m0, acc);
 }
 
-template <typename T, int kMode, int kNT, int kNW, bool kLight, bool kQuant>
+template <typename T, int kMode, int kNT, int kNW, bool kLight, bool kQuant, int kWarps = 8>
 void launch_kernel(const GemmParams& p, cudaStream_t stream) {
-  NVFP4_CHECK(p.k % 64 == 0 || (p.wk - 1) * ceil_div(p.kc, p.wk) < p.kc,
-              "fused kernel: a K split of " + std::to_string(p.kc) + " chunks (the last partial) over " +
-                  std::to_string(p.wk) + " warps leaves a warp without chunks");
-  const int groups_per_block = 8 / p.wk;
+  if constexpr (kWarps == 8) {
+    NVFP4_CHECK(p.k % 64 == 0 || (p.wk - 1) * ceil_div(p.kc, p.wk) < p.kc,
+                "fused kernel: a K split of " + std::to_string(p.kc) + " chunks (the last partial) over " +
+                    std::to_string(p.wk) + " warps leaves a warp without chunks");
+  } else {
+    NVFP4_CHECK(p.wk == kWarps && p.kc >= kWarps, "fused kernel: the wide form splits K over its " +
+                                                      std::to_string(kWarps) + " warps, got a split of " +
+                                                      std::to_string(p.wk) + " over " + std::to_string(p.kc) +
+                                                      " chunks");
+  }
+  const int groups_per_block = kWarps / p.wk;
   dim3 grid(static_cast<unsigned>(ceil_div(p.m, 8 * kNT)),
             static_cast<unsigned>(ceil_div(ceil_div(p.n16, kNW), groups_per_block)));
-  constexpr auto kernel = fused_gemm_kernel<T, kMode, kNT, kNW, kLight, kQuant>;
+  constexpr auto kernel = fused_gemm_kernel<T, kMode, kNT, kNW, kLight, kQuant, kWarps>;
   if (p.dyn_smem > 0) raise_dynamic_smem_limit<kernel>(p.dyn_smem);
-  launch_maybe_programmatic(p.programmatic, kernel, grid, dim3(256), static_cast<size_t>(p.dyn_smem), stream, p);
+  launch_maybe_programmatic(p.programmatic, kernel, grid, dim3(32 * kWarps), static_cast<size_t>(p.dyn_smem), stream,
+                            p);
 }
 
 template <typename T, int kMode, int kNT, bool kQuant = false>
@@ -351,7 +368,16 @@ void launch_nt(const GemmParams& p, int nw, bool light, cudaStream_t stream) {
     case 1:
       if constexpr (kNT == 2) {
         if (light) {
-          launch_kernel<T, kMode, kNT, 1, true, kQuant>(p, stream);
+          if (p.wk == kWideWarps)
+            launch_kernel<T, kMode, kNT, 1, true, kQuant, kWideWarps>(p, stream);
+          else
+            launch_kernel<T, kMode, kNT, 1, true, kQuant>(p, stream);
+          break;
+        }
+      }
+      if constexpr (kNT == 1) {
+        if (p.wk == kWideWarps) {
+          launch_kernel<T, kMode, kNT, 1, false, kQuant, kWideWarps>(p, stream);
           break;
         }
       }
@@ -472,6 +498,9 @@ void launch_fused_gemm(const GemmParams& p, DType act, Mode mode, int nt, int nw
   NVFP4_CHECK(p.x_gs == 0.0f || (nt == 1 && p.m == 1 && p.dyn_smem >= row_quant_smem_bytes(p.kc, p.wk)),
               "fused kernel: quantizing the activations in the kernel needs M = 1, one token tile and " +
                   std::to_string(row_quant_smem_bytes(p.kc, p.wk)) + " bytes of shared memory");
+  NVFP4_CHECK(p.wk != kWideWarps || (nw == 1 && (nt == 1 ? !light : nt == 2 && light)),
+              "fused kernel: the wide form (K split over " + std::to_string(kWideWarps) +
+                  " warps) exists only for one weight tile per warp with one token tile, or two on the light kernel");
   if (act == DType::BF16)
     launch_t<__nv_bfloat16>(p, mode, nt, nw, light, stream);
   else

@@ -20,7 +20,8 @@ struct GemmParams {
   int n16 = 0, kc = 0;              // tiles of 16 rows, chunks of 64 K
   float out_scale = 1.0f;           // f32 factor applied to the accumulator before rounding to T
   float w_dec = 1.0f;               // vLLM flavour: D_w (Mode::VllmPow2: D_w·2^σ)
-  int wk = 8;                       // warps of a block splitting K (1, 2, 4, 8); 8 / wk weight tiles per block
+  int wk = 8;                       // warps of a block splitting K (1, 2, 4, 8); 8 / wk weight tiles per block;
+                                    // kWideWarps: the decode kernel's wide form (decode_block_warps)
   bool programmatic = false;        // programmatic launch after the previous kernel in the stream (sm_90+)
   int dyn_smem = 0;                 // decode kernel: dynamic shared memory per block (unused; > 0 caps the
                                     // blocks resident per SM)
@@ -33,9 +34,17 @@ struct GemmParams {
                                     // scale x_gs, 1 / x_gs; the weight mode's flavour) into shared memory
 };
 
-// Shared memory of the decode kernel's own quantization (GemmParams::x_gs): each of the 8 warps holds its K range
-// of ceil(kc / wk) chunks of 64 dequantized T values.
-constexpr int64_t row_quant_smem_bytes(int64_t kc, int wk) { return 8 * ((kc + wk - 1) / wk) * 64 * 2; }
+// Warps per block of the decode kernel's wide form: one weight tile per block, K split over all of them, for
+// grids of one-tile blocks that fill at most 2 blocks per SM (more warps in flight per SM than 2 blocks of 8).
+// A K split over kWideWarps warps is that form; every other split runs in blocks of 8 warps.
+constexpr int kWideWarps = 12;
+constexpr int decode_block_warps(int wk) { return wk == kWideWarps ? kWideWarps : 8; }
+
+// Shared memory of the decode kernel's own quantization (GemmParams::x_gs): each of a block's warps holds its K
+// range of at most ceil(kc / wk) chunks of 64 dequantized T values.
+constexpr int64_t row_quant_smem_bytes(int64_t kc, int wk) {
+  return decode_block_warps(wk) * ((kc + wk - 1) / wk) * 64 * 2;
+}
 
 // Blocks of 8 warps per SM the fused kernel for token tiles of 8·nt and nw weight tiles per warp is
 // compiled to fit (its register budget: 80 registers for one weight tile per warp with one token tile, or for
@@ -48,6 +57,8 @@ constexpr int fused_blocks_per_sm(int nt, int nw, bool light = false) {
 
 // Fused mixed-input GEMM, tokens in tiles of 8·nt (nt = 1, 2 or 4), nw = 1, 2 or 4 weight tiles per warp
 // (nt = 4 uses at most 2); light: fused_blocks_per_sm's light variant (nt = 2 with nw = 1, nt = 1 with nw = 2).
+// p.wk = kWideWarps (nw = 1, kc >= kWideWarps; nt = 1 not light, or nt = 2 light): the wide form, blocks of 12
+// warps on one tile each, the K chunks spread over them as evenly as they divide (2 blocks per SM).
 void launch_fused_gemm(const GemmParams& p, DType act, Mode mode, int nt, int nw, bool light, cudaStream_t stream);
 
 // Hopper GEMM for M > 32 (gemm_wgmma.cu, sm_90a; where wgmma_available: the device is sm_90 and runs this

@@ -228,7 +228,7 @@ TEST(CudaLinear, FusedGridRulesWithinDerivedBound) {
                                            2688.0f / 7.0f, true, DType::BF16, seed++);
       for (int64_t m : {1, 5, 9, 16}) {
         const auto x = random_activations(DType::BF16, m, sh[1], 1.0f, seed++);
-        for (int rule : {0, 1, 2, 3, 6, 7, 8})
+        for (int rule : {0, 1, 2, 3, 6, 7, 8, 10})
           check_bound(w, s, DType::BF16, x, m,
                       label(s, DType::BF16, m, sh[0], sh[1]) + "/grid" + std::to_string(rule), 0, rule);
       }
@@ -236,8 +236,9 @@ TEST(CudaLinear, FusedGridRulesWithinDerivedBound) {
 }
 
 // A decode grid of 90-100% of 2 blocks per SM on the one-tile kernel (which fits 3) runs with the shared-memory
-// request that caps it at 2 per SM: N = 16·(2·SMs - 6) rows (1 tile per warp, K split 8 ways at K = 1024),
-// M = 1 and 8, every semantics, within the bound and bit-identical on a second call.
+// request that caps it at 2 per SM (rule 7; rule 10 runs such grids in the wide form where K has >= 24 chunks):
+// N = 16·(2·SMs - 6) rows (1 tile per warp, K split 8 ways at K = 1024), M = 1 and 8, every semantics, within
+// the bound and bit-identical on a second call.
 TEST(CudaLinear, DecodeGridCappedAtTwoBlocksPerSm) {
   NVFP4_REQUIRE_GPU();
   int sms = 0;
@@ -254,9 +255,52 @@ TEST(CudaLinear, DecodeGridCappedAtTwoBlocksPerSm) {
     for (int64_t m : {1, 8}) {
       const auto x = random_activations(DType::BF16, m, k, 1.0f, seed++);
       const std::string what = label(s, DType::BF16, m, n, k) + "/two per SM";
-      const std::vector<uint16_t> y = run_gpu(w, s, DType::BF16, x, m);
+      const std::vector<uint16_t> y = run_gpu(w, s, DType::BF16, x, m, 0, 7);
       check_y(w, DType::BF16, m, y, reference(w, s, DType::BF16, x, m), what);
-      EXPECT_EQ(run_gpu(w, s, DType::BF16, x, m), y) << what << ": two calls differ";
+      EXPECT_EQ(run_gpu(w, s, DType::BF16, x, m, 0, 7), y) << what << ": two calls differ";
+    }
+  }
+}
+
+// The decode kernel's wide form (rule 10: one tile per block of 12 warps, K split 12 ways as evenly as the chunks
+// divide; rule 11 at M = 9-16: the light 16-token kernel in that form): K with a partial last chunk (1552: 25
+// chunks, 4160: 65), whole chunks (4096), grids of 256 and 69 blocks and of 3; M = 1, 3, 8, 12, 16; every
+// semantics, bf16 and fp16, with bias; within the bound, bit-identical on a second call, and at M = 1 in W4A4 the
+// kernel's own row quantization equal to the quantizer kernel's.
+TEST(CudaLinear, WideDecodeFormWithinBoundAndDeterministic) {
+  NVFP4_REQUIRE_GPU();
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  struct Case {
+    int64_t n, k;
+    DType t;
+  };
+  const Case cases[] = {{4096, 1552, DType::BF16}, {1100, 4160, DType::BF16}, {40, 4096, DType::BF16},
+                        {1100, 1552, DType::F16}};
+  uint32_t seed = 7700;
+  for (const Case& c : cases) {
+    const int64_t kc = (c.k + 63) / 64;
+    if ((c.n + 15) / 16 > 2 * sms) continue;  // a smaller GPU runs rule 7's grid there
+    for (Semantics s : kAllSemantics) {
+      const LinearWeights w =
+          random_layer(c.n, c.k, scale_range(0x28, 0x5F), 2688.0f / 0.3f, true, 2688.0f / 7.0f, true, c.t, seed++);
+      for (int64_t m : {1, 3, 8, 12, 16}) {
+        const int rule = m <= 8 ? 10 : 11;  // 11: the light 16-token kernel's wide form (measurements)
+        const DecodeGrid g = decode_grid(m, (c.n + 15) / 16, kc, sms, rule, detail::Mode::Exact, c.k % 64 != 0);
+        ASSERT_EQ(g.wk, detail::kWideWarps) << c.n << "x" << c.k << " m" << m;
+        const auto x = random_activations(c.t, m, c.k, 1.0f, seed++);
+        const std::string what = label(s, c.t, m, c.n, c.k) + "/wide";
+        const std::vector<uint16_t> y = run_gpu(w, s, c.t, x, m, 0, rule);
+        check_y(w, c.t, m, y, reference(w, s, c.t, x, m), what);
+        EXPECT_EQ(run_gpu(w, s, c.t, x, m, 0, rule), y) << what << ": two calls differ";
+        if (m == 1 && s != Semantics::W4A16) {
+          auto lin = CudaLinear::create(w, s, c.t, 0);
+          set_fused_grid_rule(*lin, 10);
+          EXPECT_TRUE(row_quant_active(*lin, 1)) << what;
+          const auto quantizer = run_gpu(w, s, c.t, x, m, 0, 10, -1, [](CudaLinear& l) { set_row_quant(l, false); });
+          EXPECT_EQ(quantizer, y) << what << ": the kernel's own row quantization differs from the quantizer's";
+        }
+      }
     }
   }
 }

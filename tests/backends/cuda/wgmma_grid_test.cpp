@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <string>
 
 #include "backends/cuda/cuda_linear_internal.h"
 #include "backends/cuda/gemm.cuh"
@@ -251,6 +252,77 @@ TEST(CudaDecodeGrid, TilesPerWarpAndSplitByRule) {
     EXPECT_EQ(g.slots, c.slots) << c.what;
     EXPECT_EQ(g.light, c.light) << c.what;
   }
+}
+
+// Rule 10: rule 7's grid, then one-token-tile grids of one tile per warp whose tiles fit 2 blocks per SM as one
+// tile per block, with >= 2 chunks per warp of 12, run as blocks of 12 warps (wk = 12, one tile per block, 2
+// blocks per SM); every other grid as rule 7's. Rule 11 (the default) adds the same at M = 9-16 on the light
+// 16-token kernel.
+TEST(CudaDecodeGrid, WideFormWhereOneTileBlocksFitTwoPerSm) {
+  struct Case {
+    int64_t m, n16, kc;
+    detail::Mode mode;
+    bool partial_chunk;
+    bool wide;
+    int64_t blocks;
+    const char* what;
+  };
+  constexpr detail::Mode kExact = detail::Mode::Exact, kVllm = detail::Mode::Vllm, kPow2 = detail::Mode::VllmPow2;
+  const Case cases[] = {
+      {1, 256, 64, kExact, false, true, 256, "4096x4096 m1"},      // 256 one-tile blocks <= 264
+      {8, 256, 64, kPow2, false, true, 256, "4096x4096 m8 pow2"},  // one token tile up to M = 8
+      {1, 256, 224, kVllm, false, true, 256, "4096x14336 m1 vllm"},
+      {1, 256, 25, kExact, true, true, 256, "4096x1552 m1"},  // rule 7: 4 warps of 7 chunks, 128 blocks of 2 tiles
+      {1, 69, 24, kExact, false, true, 69, "1100x1536 m1"},   // kc = 24: 2 chunks per warp
+      {1, 69, 23, kExact, false, false, 69, "1100x1472 m1"},  // 23 chunks: fewer than 2 per warp of 12
+      {1, 264, 64, kExact, false, true, 264, "4224x4096 m1"},      // exactly 2 per SM
+      {1, 265, 64, kExact, false, false, 265, "4240x4096 m1"},     // one block more: rule 7's 3-per-SM grid
+      {1, 384, 64, kExact, false, false, 384, "6144x4096 m1"},     // 384 blocks: already 3 per SM
+      {1, 640, 128, kExact, false, false, 320, "10240x8192 m1"},   // the light two-tile kernel
+      {16, 256, 64, kExact, false, false, 256, "4096x4096 m16"},   // two token tiles
+  };
+  for (const Case& c : cases) {
+    const DecodeGrid g7 = decode_grid(c.m, c.n16, c.kc, 132, 7, c.mode, c.partial_chunk);
+    const DecodeGrid g = decode_grid(c.m, c.n16, c.kc, 132, 10, c.mode, c.partial_chunk);
+    EXPECT_NE(g7.wk, detail::kWideWarps) << c.what;
+    EXPECT_EQ(g.wk, c.wide ? detail::kWideWarps : g7.wk) << c.what;
+    EXPECT_EQ(g.blocks, c.blocks) << c.what;
+    if (!c.wide) EXPECT_EQ(g.blocks, g7.blocks) << c.what;
+    EXPECT_EQ(g.slots, c.wide ? 264 : g7.slots) << c.what;
+    EXPECT_EQ(g.nt, g7.nt) << c.what;
+    EXPECT_EQ(g.nw, g7.nw) << c.what;
+    EXPECT_EQ(g.light, g7.light) << c.what;
+  }
+  EXPECT_EQ(decode_grid(1, 256, 25, 132, 7, kExact, true).wk, 4);  // the partial-chunk split the wide form avoids
+  // Rule 11: M <= 8 as rule 10; at M = 9-16 the light 16-token kernel in the wide form where its tiles fit.
+  struct Case16 {
+    int64_t m, n16, kc;
+    bool wide;
+  };
+  const Case16 cases16[] = {{1, 256, 64, true},  {16, 256, 64, true}, {9, 256, 224, true}, {16, 128, 128, true},
+                            {16, 384, 64, false}, {16, 256, 23, false}, {17, 256, 64, false}};
+  for (const Case16& c : cases16) {
+    const DecodeGrid g10 = decode_grid(c.m, c.n16, c.kc, 132, 10);
+    const DecodeGrid g = decode_grid(c.m, c.n16, c.kc, 132, 11);
+    const std::string what = std::to_string(c.n16) + " tiles, " + std::to_string(c.kc) + " chunks, m" +
+                             std::to_string(c.m);
+    EXPECT_EQ(g.wk == detail::kWideWarps, c.wide) << what;
+    if (c.m <= 8 || !c.wide) {
+      EXPECT_EQ(g.wk, g10.wk) << what;
+      EXPECT_EQ(g.light, g10.light) << what;
+      EXPECT_EQ(g.blocks, g10.blocks) << what;
+    } else {
+      EXPECT_TRUE(g.light) << what;
+      EXPECT_EQ(g.nt, 2) << what;
+      EXPECT_EQ(g.nw, 1) << what;
+      EXPECT_EQ(g.blocks, c.n16) << what;
+      EXPECT_EQ(g.slots, 264) << what;
+    }
+  }
+  // The kernel's own W4A4 row quantization: the wide form's 12 K ranges of at most ceil(kc / 12) chunks.
+  EXPECT_EQ(detail::row_quant_smem_bytes(64, detail::kWideWarps), 12 * 6 * 128);
+  EXPECT_EQ(detail::row_quant_smem_bytes(64, 8), 8 * 8 * 128);
+  EXPECT_TRUE(row_quant_pays(decode_grid(1, 256, 64, 132, 10), 64, 132));
 }
 
 // W4A4 at M = 1, the decode kernel quantizing the row itself or a quantizer kernel before it (row_quant_pays),
