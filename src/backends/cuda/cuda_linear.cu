@@ -632,15 +632,12 @@ DecodeGrid decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, int rule, de
   // blocks of 12 warps, K split 12 ways as evenly as the chunks divide (so a partial last chunk needs no smaller
   // split), 2 per SM: at M = 1 w4a16 4096x4096 5.1 -> 4.5-4.6 µs, 4096x14336 13.8 -> 11.7, 2048x8192 8.2 -> 6.7
   // (docs/PERF.md, change 74).
-  if (wide && nt == 1 && g.nw == 1 && !g.light && mblocks * n16 <= 2ll * sms && kc >= 2 * detail::kWideWarps) {
-    g.wk = detail::kWideWarps;
-    g.blocks = mblocks * n16;
-    g.slots = 2ll * sms;
-  }
-  // Rule 11: the same at M = 9-16, on the light 16-token kernel (80 registers: 2 blocks of 12 warps per SM) in
-  // blocks of 12 warps: 4096x14336 at M = 16 16.1 -> 15.2 µs, M = 9 15.6 -> 14.3; 4096x4096 6.0 -> 5.9.
-  if (wide16 && nt == 2 && g.nw == 1 && mblocks * n16 <= 2ll * sms && kc >= 2 * detail::kWideWarps) {
-    g.light = true;
+  // Rule 11 also at M = 9-16, on the light 16-token kernel in blocks of 12 warps: 4096x14336 at M = 16 16.1 ->
+  // 15.2 µs, M = 9 15.6 -> 14.3; 4096x4096 6.0 -> 5.9.
+  const bool wide_kernel = nt == 1 ? !g.light : nt == 2 && wide16;  // the light 16-token one where nt = 2
+  if (wide && wide_kernel && detail::has_wide_form(nt, g.nw, nt == 2) && mblocks * n16 <= 2ll * sms &&
+      kc >= 2 * detail::kWideWarps) {
+    g.light = nt == 2;
     g.wk = detail::kWideWarps;
     g.blocks = mblocks * n16;
     g.slots = 2ll * sms;

@@ -279,7 +279,7 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, const uint2* pow
 template <typename T, int kMode, int kNT, int kNW, bool kLight, bool kQuant, int kWarps = 8>
 __global__ void __launch_bounds__(32 * kWarps, kWarps == 8 ? fused_blocks_per_sm(kNT, kNW, kLight) : 2)
     fused_gemm_kernel(const GemmParams p) {
-  static_assert(kWarps == 8 || (kWarps == kWideWarps && kNW == 1 && (kNT == 1 ? !kLight : kNT == 2 && kLight)),
+  static_assert(kWarps == 8 || (kWarps == kWideWarps && has_wide_form(kNT, kNW, kLight)),
                 "the wide form is the one-tile kernel's and the light 16-token kernel's");
   __shared__ float red[kWarps][kNW * kNT * 4][32];
   // kQuant: row_quant_smem_bytes; otherwise unused (p.dyn_smem caps occupancy)
@@ -498,7 +498,7 @@ void launch_fused_gemm(const GemmParams& p, DType act, Mode mode, int nt, int nw
   NVFP4_CHECK(p.x_gs == 0.0f || (nt == 1 && p.m == 1 && p.dyn_smem >= row_quant_smem_bytes(p.kc, p.wk)),
               "fused kernel: quantizing the activations in the kernel needs M = 1, one token tile and " +
                   std::to_string(row_quant_smem_bytes(p.kc, p.wk)) + " bytes of shared memory");
-  NVFP4_CHECK(p.wk != kWideWarps || (nw == 1 && (nt == 1 ? !light : nt == 2 && light)),
+  NVFP4_CHECK(p.wk != kWideWarps || has_wide_form(nt, nw, light),
               "fused kernel: the wide form (K split over " + std::to_string(kWideWarps) +
                   " warps) exists only for one weight tile per warp with one token tile, or two on the light kernel");
   if (act == DType::BF16)

@@ -39,6 +39,11 @@ struct GemmParams {
 // A K split over kWideWarps warps is that form; every other split runs in blocks of 8 warps.
 constexpr int kWideWarps = 12;
 constexpr int decode_block_warps(int wk) { return wk == kWideWarps ? kWideWarps : 8; }
+// The decode kernel variants that have a wide form: one weight tile per warp, with one token tile on the one-tile
+// kernel, or two on the light 16-token kernel (both 80 registers: 2 blocks of 12 warps per SM).
+constexpr bool has_wide_form(int nt, int nw, bool light) {
+  return nw == 1 && (nt == 1 ? !light : nt == 2 && light);
+}
 
 // Shared memory of the decode kernel's own quantization (GemmParams::x_gs): each of a block's warps holds its K
 // range of at most ceil(kc / wk) chunks of 64 dequantized T values.
@@ -57,8 +62,8 @@ constexpr int fused_blocks_per_sm(int nt, int nw, bool light = false) {
 
 // Fused mixed-input GEMM, tokens in tiles of 8·nt (nt = 1, 2 or 4), nw = 1, 2 or 4 weight tiles per warp
 // (nt = 4 uses at most 2); light: fused_blocks_per_sm's light variant (nt = 2 with nw = 1, nt = 1 with nw = 2).
-// p.wk = kWideWarps (nw = 1, kc >= kWideWarps; nt = 1 not light, or nt = 2 light): the wide form, blocks of 12
-// warps on one tile each, the K chunks spread over them as evenly as they divide (2 blocks per SM).
+// p.wk = kWideWarps (has_wide_form, kc >= kWideWarps): the wide form, blocks of 12 warps on one tile each, the K
+// chunks spread over them as evenly as they divide (2 blocks per SM).
 void launch_fused_gemm(const GemmParams& p, DType act, Mode mode, int nt, int nw, bool light, cudaStream_t stream);
 
 // Hopper GEMM for M > 32 (gemm_wgmma.cu, sm_90a; where wgmma_available: the device is sm_90 and runs this
