@@ -287,7 +287,9 @@ TEST(CudaDecodeGrid, WideFormWhereOneTileBlocksFitTwoPerSm) {
     EXPECT_NE(g7.wk, detail::kWideWarps) << c.what;
     EXPECT_EQ(g.wk, c.wide ? detail::kWideWarps : g7.wk) << c.what;
     EXPECT_EQ(g.blocks, c.blocks) << c.what;
-    if (!c.wide) EXPECT_EQ(g.blocks, g7.blocks) << c.what;
+    if (!c.wide) {
+      EXPECT_EQ(g.blocks, g7.blocks) << c.what;
+    }
     EXPECT_EQ(g.slots, c.wide ? 264 : g7.slots) << c.what;
     EXPECT_EQ(g.nt, g7.nt) << c.what;
     EXPECT_EQ(g.nw, g7.nw) << c.what;
