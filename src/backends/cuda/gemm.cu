@@ -106,10 +106,13 @@ constexpr bool pow2_table(int mode, int nw, bool quant) {
 // ceil(kc / wk) chunks of shared memory, and reads its activations from there.
 // Pointers advance by a constant per chunk and the main loop has no per-element predicates; a last chunk that
 // reaches past K (K % 64 != 0) is done after it, with the lane's activations past K read as zero.
-template <typename T, int kMode, int kNT, int kNW, bool kLight, bool kQuant>
+// setup() runs after the first register stages are requested and before the wait for the previous kernel
+// (fused_gemm_kernel's late tables and their barrier; every warp of such a block calls accumulate, with an empty
+// K range where it has no tile).
+template <typename T, int kMode, int kNT, int kNW, bool kLight, bool kQuant, typename Setup>
 __device__ __forceinline__ void accumulate(const GemmParams& p, const uint2* pow2_tab, const float2* factors,
                                            uint2* qbuf, int tile0, int64_t m0, int c0, int c1,
-                                           float (&acc)[kNW][kNT][4]) {
+                                           float (&acc)[kNW][kNT][4], Setup setup) {
   static_assert(!kQuant || kNT == 1, "the kernel quantizes one token row only");
   using P = Pipeline<kNT, kNW, kLight>;
   constexpr int kS = P::kS, kU = P::kU;
@@ -202,6 +205,7 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, const uint2* pow
   // 20 bf16 kernels (SASS: LDG after ACQBULK), streaming nothing while the previous kernel ran.
 #pragma unroll
   for (int s = 0; s + 1 < kS; ++s) load_weights(st[s], c0 + s * kU);
+  setup();
   if (p.programmatic) pdl_wait();
   // The next kernel in the stream, if launched programmatically, may now be scheduled and stream its first
   // weights while this grid's last blocks run (it waits for this grid before it touches activations or y).
@@ -287,11 +291,23 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 8 ? fused_blocks_per_sm
   constexpr bool kTable = pow2_table(kMode, kNW, kQuant);  // one entry per scale byte, filled by threads 0-255
   __shared__ uint2 pow2_tab[kTable ? 256 : 1];
   __shared__ float2 factors[kQuant ? kGroupFactors : 1];  // kQuant: fill_group_factors of the flavour
-  if constexpr (kTable) {
-    if (kWarps == 8 || threadIdx.x < 256) pow2_tab[threadIdx.x] = pow2_table_entry<T>(threadIdx.x, p.w_dec);
-  }
-  if constexpr (kQuant) fill_group_factors<kMode != static_cast<int>(Mode::Exact)>(factors, p.x_gs, p.x_inv_gs);
-  if constexpr (kTable || kQuant) __syncthreads();
+  // The tables depend on the layer only. The power-of-two table of the kernels that do not quantize the row is
+  // filled after each warp has requested its first weights (its fill and barrier no longer delay them), before
+  // the wait for the previous kernel: 28672x4096 w4a4-vllm at M = 1 29.5 -> 28.6-28.7 µs, M = 16 40.3-40.5 ->
+  // 39.5-39.6; the kernels that quantize the row fill theirs first, which measured 0.1-0.2 µs faster there
+  // (docs/PERF.md, change 78).
+  auto fill_tables = [&] {
+    if constexpr (kTable) {
+      if (kWarps == 8 || threadIdx.x < 256) pow2_tab[threadIdx.x] = pow2_table_entry<T>(threadIdx.x, p.w_dec);
+    }
+    if constexpr (kQuant) fill_group_factors<kMode != static_cast<int>(Mode::Exact)>(factors, p.x_gs, p.x_inv_gs);
+    if constexpr (kTable || kQuant) __syncthreads();
+  };
+  constexpr bool kLateTables = kTable && !kQuant;
+  if constexpr (!kLateTables) fill_tables();
+  auto setup = [&] {
+    if constexpr (kLateTables) fill_tables();
+  };
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int wk = kWarps == 8 ? p.wk : kWarps, wn = warp / wk, kk = warp % wk;
   const int tile0 = (blockIdx.y * (kWarps / wk) + wn) * kNW;
@@ -306,14 +322,16 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 8 ? fused_blocks_per_sm
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
-  if (active) {
+  // With late tables, every warp runs accumulate (an empty K range where it has no tile) so that all reach
+  // setup's barrier at the same point.
+  if (active || kLateTables) {
     const int per = (p.kc + wk - 1) / wk;
     // 8 warps: ranges of ceil(kc / wk) chunks (the last shorter); the wide form: kk·kc / wk .. (kk + 1)·kc / wk,
     // at most per chunks each and none empty (kc >= kWideWarps), so the chunk past K is the last warp's alone.
-    const int c0 = kWarps == 8 ? kk * per : kk * p.kc / wk;
-    const int c1 = kWarps == 8 ? min(p.kc, c0 + per) : (kk + 1) * p.kc / wk;
+    const int c0 = !active ? 0 : kWarps == 8 ? kk * per : kk * p.kc / wk;
+    const int c1 = !active ? 0 : kWarps == 8 ? min(p.kc, c0 + per) : (kk + 1) * p.kc / wk;
     accumulate<T, kMode, kNT, kNW, kLight, kQuant>(p, pow2_tab, factors, row_smem + warp * per * 16, tile0, m0, c0,
-                                                   c1, acc);
+                                                   c1, acc, setup);
   } else {
     pdl_wait();  // y is written below: not before the previous kernel is done with it
     pdl_launch_dependents();
