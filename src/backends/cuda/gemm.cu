@@ -380,38 +380,30 @@ void launch_kernel(const GemmParams& p, cudaStream_t stream) {
                             p);
 }
 
+// A variant in blocks of 8 warps, or in its wide form (p.wk = kWideWarps) where it has one (has_wide_form).
+template <typename T, int kMode, int kNT, int kNW, bool kLight, bool kQuant>
+void launch_variant(const GemmParams& p, cudaStream_t stream) {
+  if constexpr (has_wide_form(kNT, kNW, kLight)) {
+    if (p.wk == kWideWarps) return launch_kernel<T, kMode, kNT, kNW, kLight, kQuant, kWideWarps>(p, stream);
+  }
+  launch_kernel<T, kMode, kNT, kNW, kLight, kQuant>(p, stream);
+}
+
 template <typename T, int kMode, int kNT, bool kQuant = false>
 void launch_nt(const GemmParams& p, int nw, bool light, cudaStream_t stream) {
   switch (nw) {
     case 1:
       if constexpr (kNT == 2) {
-        if (light) {
-          if (p.wk == kWideWarps)
-            launch_kernel<T, kMode, kNT, 1, true, kQuant, kWideWarps>(p, stream);
-          else
-            launch_kernel<T, kMode, kNT, 1, true, kQuant>(p, stream);
-          break;
-        }
+        if (light) return launch_variant<T, kMode, kNT, 1, true, kQuant>(p, stream);
       }
-      if constexpr (kNT == 1) {
-        if (p.wk == kWideWarps) {
-          launch_kernel<T, kMode, kNT, 1, false, kQuant, kWideWarps>(p, stream);
-          break;
-        }
-      }
-      launch_kernel<T, kMode, kNT, 1, false, kQuant>(p, stream);
-      break;
+      return launch_variant<T, kMode, kNT, 1, false, kQuant>(p, stream);
     case 2:
       if constexpr (kNT == 1) {
-        if (light) {
-          launch_kernel<T, kMode, kNT, 2, true, kQuant>(p, stream);
-          break;
-        }
+        if (light) return launch_variant<T, kMode, kNT, 2, true, kQuant>(p, stream);
       }
-      launch_kernel<T, kMode, kNT, 2, false, kQuant>(p, stream);
-      break;
+      return launch_variant<T, kMode, kNT, 2, false, kQuant>(p, stream);
     default:
-      if constexpr (kNT < 4) launch_kernel<T, kMode, kNT, 4, false, kQuant>(p, stream);
+      if constexpr (kNT < 4) launch_variant<T, kMode, kNT, 4, false, kQuant>(p, stream);
       break;
   }
 }
