@@ -78,6 +78,40 @@ bool concat_linear_outputs(std::vector<LinearWeights>* parts, LinearWeights* out
   return true;
 }
 
+bool interleave_linear_outputs(std::vector<LinearWeights>* parts, int64_t block, LinearWeights* out,
+                               std::string* why) {
+  auto no = [&](const std::string& r) {
+    if (why) *why = r;
+    return false;
+  };
+  if (parts->empty()) return no("nothing to interleave");
+  if (block <= 0) return no("interleave block of " + std::to_string(block) + " rows");
+  const int64_t n = parts->front().out_features();
+  for (const LinearWeights& p : *parts) {
+    if (p.out_features() != n)
+      return no(p.name + " has " + std::to_string(p.out_features()) + " outputs, " + parts->front().name + " " +
+                std::to_string(n));
+  }
+  if (n % block != 0) return no(std::to_string(n) + " outputs are not a multiple of " + std::to_string(block));
+  LinearWeights cat;
+  if (!concat_linear_outputs(parts, &cat, why)) return false;
+  const int64_t np = static_cast<int64_t>(parts->size()), k = cat.in_features();
+  const size_t code_row = static_cast<size_t>(k / 2), scale_row = static_cast<size_t>(k / 16);
+  LinearWeights f = cat;  // scalars, name and shape; rows rewritten below
+  for (int64_t r = 0; r < np * n; ++r) {
+    // output row r: block q of part p, its row i
+    const int64_t q = r / (np * block), p = r / block % np, i = r % block;
+    const int64_t src = p * n + q * block + i;
+    std::copy_n(cat.weight.codes.begin() + static_cast<std::ptrdiff_t>(src * code_row), code_row,
+                f.weight.codes.begin() + static_cast<std::ptrdiff_t>(r * code_row));
+    std::copy_n(cat.weight.scales.begin() + static_cast<std::ptrdiff_t>(src * scale_row), scale_row,
+                f.weight.scales.begin() + static_cast<std::ptrdiff_t>(r * scale_row));
+    if (!cat.bias.empty()) f.bias[static_cast<size_t>(r)] = cat.bias[static_cast<size_t>(src)];
+  }
+  *out = std::move(f);
+  return true;
+}
+
 const char* semantics_name(Semantics s) {
   switch (s) {
     case Semantics::W4A16: return "w4a16";

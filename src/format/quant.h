@@ -40,6 +40,14 @@ enum class Semantics : uint8_t {
 const char* semantics_name(Semantics s);           // "w4a16", "w4a4", "w4a4-vllm"
 bool semantics_from_name(const std::string& s, Semantics* out);
 
+// What a linear's kernel does with its outputs y = T(x·Wᵀ (+ bias)) (an executor that computes more than Store in
+// the kernel says where, e.g. the cuda executor's decode kernel):
+//   Store:         out (m, N) T, y itself;
+//   Swiglu:        rows of gate and up interleaved in blocks of 8 (interleave_linear_outputs), out (m, N/2) T of
+//                  T(T(silu(gate))·up) per feature (silu in f64), as the decoder's SwiGLU;
+//   AddToResidual: out (m, N) f32 holding values of T (the decoder's residual stream) becomes T(out + y).
+enum class Epilogue : uint8_t { Store, Swiglu, AddToResidual };
+
 // One quantized linear layer in canonical form: y = x · Wᵀ (+ bias). Produced by io/, consumed by backends.
 struct LinearWeights {
   std::string name;             // module name, e.g. "model.layers.0.self_attn.q_proj"
@@ -62,6 +70,13 @@ float linear_output_factor(const LinearWeights& w, Semantics s);
 // bias or none has; and the same in_features. Otherwise returns false with the reason in *why and leaves the
 // parts unchanged; on success the parts' codes and scales are released (copied into *out).
 bool concat_linear_outputs(std::vector<LinearWeights>* parts, LinearWeights* out, std::string* why);
+// The same for parts of equal out_features n (a multiple of `block`), their rows alternating in blocks: *out's rows
+// are parts[0]'s rows 0 .. block-1, parts[1]'s rows 0 .. block-1, ..., then each part's next block (gate/up with
+// block 8: a 16-row tile holds 8 features' gate rows and then their up rows, so that one kernel can compute
+// silu(gate)·up in its epilogue). Same conditions and failure behaviour as concat_linear_outputs, and also false
+// where the parts' row counts differ or are not multiples of block.
+bool interleave_linear_outputs(std::vector<LinearWeights>* parts, int64_t block, LinearWeights* out,
+                               std::string* why);
 
 // ---- compressed-tensors weight writer (SPEC §3), bit-exact with compressed-tensors -------------------
 // max |w| over n values (exact).

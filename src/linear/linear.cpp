@@ -1,6 +1,7 @@
 // QuantizedLinear: the executor chosen by select_linear(), behind one interface (linear.h).
 #include "linear/linear.h"
 
+#include <string>
 #include <utility>
 
 #include "backends/cpu/linear.h"
@@ -50,6 +51,11 @@ class CudaQuantizedLinear final : public QuantizedLinear {
     if (m <= 0) return;
     impl_->run(x, m, y, stream);
   }
+  bool epilogue_in_kernel(Epilogue e, int64_t m) const override { return impl_->epilogue_in_kernel(e, m); }
+  void forward_epilogue(Epilogue e, const void* x, int64_t m, void* out, void* stream) const override {
+    if (m <= 0) return;
+    impl_->run_epilogue(e, x, m, out, stream);
+  }
 
  private:
   std::unique_ptr<cuda::CudaLinear> impl_;
@@ -93,6 +99,13 @@ std::unique_ptr<QuantizedLinear> make(W&& w, const Selection& sel, DType act) {
 }
 
 }  // namespace
+
+void QuantizedLinear::forward_epilogue(Epilogue e, const void* x, int64_t m, void* out, void* stream) const {
+  if (e == Epilogue::Store) return forward(x, m, out, stream);
+  throw Error("linear: executor " + std::string(executor_name(sel_.executor)) + " computes no " +
+              (e == Epilogue::Swiglu ? "SwiGLU" : "residual addition") + " in its kernel (M = " + std::to_string(m) +
+              ")");
+}
 
 std::unique_ptr<QuantizedLinear> QuantizedLinear::create(const LinearWeights& w, const Selection& sel, DType act) {
   return make(w, sel, act);

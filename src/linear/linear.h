@@ -37,6 +37,11 @@ class QuantizedLinear {
   // cudaStream_t or nullptr (ignored on cpu). Device executors are asynchronous (no host sync); m == 0 is a
   // no-op. CUDA graphs: call once with the largest m on the stream before capturing (workspaces grow then).
   virtual void forward(const void* x, int64_t m, void* y, void* stream) const = 0;
+  // Whether forward_epilogue computes epilogue e (format/quant.h: SwiGLU of a gate/up layer interleaved in blocks
+  // of 8, or the addition to the residual stream) in the linear's own kernel for m rows (the cuda executor's
+  // decode kernel); where not, the caller runs forward and the decoder's op. Store: always.
+  virtual bool epilogue_in_kernel(Epilogue e, int64_t /*m*/) const { return e == Epilogue::Store; }
+  virtual void forward_epilogue(Epilogue e, const void* x, int64_t m, void* out, void* stream) const;
 
  protected:
   QuantizedLinear(const Selection& sel, DType act, const LinearWeights& w)

@@ -22,6 +22,11 @@ namespace nvfp4::model {
 
 namespace {
 
+// A fused gate/up linear's rows alternate in blocks of this many (interleave_linear_outputs): a 16-row weight tile
+// of the decode kernel holds 8 features' gate rows and then their up rows, so that its epilogue can compute SwiGLU
+// (Epilogue::Swiglu).
+constexpr int64_t kGluBlock = 8;
+
 std::string slurp(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) return std::string();
@@ -160,8 +165,9 @@ struct LlamaModel::Linear {
   std::vector<float> bias;       // (N) values in T; empty when none
   bool round_output = true;      // false for lm_head (f32 logits)
   // quantized: q computes this linear's outputs as its columns col0 .. col0 + n - 1. With --ops cuda the
-  // linears of a fused set (q/k/v, gate/up; concat_linear_outputs) share one q, whose outputs are theirs
-  // side by side; otherwise q is this linear's alone (col0 0).
+  // linears of a fused set share one q: q/k/v's outputs side by side (concat_linear_outputs); gate/up's rows
+  // alternating in blocks of kGluBlock (interleave_linear_outputs; col0 is then unused), so that the linear's kernel
+  // can compute SwiGLU itself. Otherwise q is this linear's alone (col0 0).
   std::shared_ptr<QuantizedLinear> q;
   int64_t col0 = 0;
   bool fused() const { return q && q->out_features() != n; }
@@ -324,9 +330,10 @@ struct Loader {
     LlamaModel::Linear* l;
   };
   // Linears that read the same input (k inputs each). With `fuse`, quantized ones with the same selection and
-  // scales become one QuantizedLinear (concat_linear_outputs) that every part points to; otherwise, or when
-  // they cannot be fused, each is loaded on its own (the reason is logged at debug level).
-  void linears(std::initializer_list<Part> parts, int64_t k, bool bias_allowed, bool fuse) const {
+  // scales become one QuantizedLinear that every part points to (concat_linear_outputs; interleave > 0:
+  // interleave_linear_outputs in blocks of that many rows); otherwise, or when they cannot be fused, each is
+  // loaded on its own (the reason is logged at debug level).
+  void linears(std::initializer_list<Part> parts, int64_t k, bool bias_allowed, bool fuse, int64_t interleave = 0) const {
     for (const Part& p : parts) {
       p.l->name = p.name;
       p.l->n = p.n;
@@ -347,7 +354,8 @@ struct Loader {
         why = "their executors differ";
     }
     LinearWeights f;
-    if (why.empty() && concat_linear_outputs(&ws, &f, &why)) {
+    if (why.empty() && (interleave > 0 ? interleave_linear_outputs(&ws, interleave, &f, &why)
+                                       : concat_linear_outputs(&ws, &f, &why))) {
       std::shared_ptr<QuantizedLinear> q = QuantizedLinear::create(std::move(f), sels[0], act);
       int64_t col = 0;
       for (const Part& p : parts) {
@@ -452,7 +460,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
                {p + "self_attn.v_proj", nkv * hd, &ly->v}},
               H, c.attention_bias, fuse);
     L.linear(p + "self_attn.o_proj", H, nh * hd, false, &ly->o);
-    L.linears({{p + "mlp.gate_proj", I, &ly->gate}, {p + "mlp.up_proj", I, &ly->up}}, H, false, fuse);
+    L.linears({{p + "mlp.gate_proj", I, &ly->gate}, {p + "mlp.up_proj", I, &ly->up}}, H, false, fuse, kGluBlock);
     L.linear(p + "mlp.down_proj", H, I, false, &ly->down);
     m->layers_.push_back(std::move(ly));
   }
@@ -692,6 +700,14 @@ void LlamaModel::forward_device(const int32_t* tokens, int64_t n, float* logits,
     if (l.round_output) cuda_ops::round_bias(y, m, l.n, d.bias.p ? d.bias.f() : nullptr, act_, s);
   };
 
+  // h = T(h + l(in)) for o_proj and down_proj (in: their 16-bit input), in the linear's kernel where it can.
+  auto add_to_residual = [&](const Linear& l, const uint16_t* in) {
+    if (l.q->epilogue_in_kernel(Epilogue::AddToResidual, n))
+      return l.q->forward_epilogue(Epilogue::AddToResidual, in, n, D.x.f(), s);
+    l.q->forward(in, n, D.bits_out.p, s);
+    cuda_ops::residual_add(D.x.f(), D.tmp.f(), n * H, act_, s, D.bits_out.u16());
+  };
+
   // The step's work on stream s. pos_dev null: positions from pos_; else read from D.pos when the kernels run
   // (a replayed graph), pos_max bounding them.
   auto step = [&](const int32_t* pos_dev, int64_t pos_max) {
@@ -720,19 +736,24 @@ void LlamaModel::forward_device(const int32_t* tokens, int64_t n, float* logits,
         cuda_ops::rope_store_kv(D.q.f(), D.k.f(), D.v.f(), n, nh, nkv, hd, D.rope.f(), pos_max, kv, cap_, act_, s,
                                 pos_dev, qkv);
         cuda_ops::attention(D.q.f(), kv, n, pos_max, nh, nkv, hd, cap_, act_, D.att.f(), s, pos_dev, xb, D.attn.p);
-        L.o.q->forward(xb, n, D.bits_out.p, s);
-        cuda_ops::residual_add(D.x.f(), D.tmp.f(), n * H, act_, s, D.bits_out.u16());
+        add_to_residual(L.o, xb);
         cuda_ops::rmsnorm(D.x.f(), nm.post_norm.f(), n, H, eps, act_, D.a.f(), s, xb);
-        L.gate.q->forward(xb, n, D.gb.p, s);  // gate alone, or the fused gate/up linear: rows of gate then up
-        if (L.gate.fused()) {
-          cuda_ops::silu_mul(D.g.f(), D.u.f(), n * I, act_, s, D.gb.u16() + L.gate.col0, D.gb.u16() + L.up.col0, xb,
-                             I, L.gate.q->out_features());
+        // gate and up: one linear whose rows alternate in blocks of 8 (its kernel computes SwiGLU where it can,
+        // else the op reads the interleaved outputs), or two. SwiGLU's output goes to ub, not xb, which the
+        // fused linear's kernel reads until its last block.
+        uint16_t* const hb = D.ub.u16();
+        if (L.gate.fused() && L.gate.q->epilogue_in_kernel(Epilogue::Swiglu, n)) {
+          L.gate.q->forward_epilogue(Epilogue::Swiglu, xb, n, hb, s);
+        } else if (L.gate.fused()) {
+          L.gate.q->forward(xb, n, D.gb.p, s);
+          cuda_ops::silu_mul(D.g.f(), D.u.f(), n * I, act_, s, D.gb.u16(), D.gb.u16() + kGluBlock, hb, kGluBlock,
+                             2 * kGluBlock);
         } else {
-          L.up.q->forward(xb, n, D.ub.p, s);
-          cuda_ops::silu_mul(D.g.f(), D.u.f(), n * I, act_, s, D.gb.u16(), D.ub.u16(), xb);
+          L.gate.q->forward(xb, n, D.gb.p, s);
+          L.up.q->forward(xb, n, D.bits_out.p, s);
+          cuda_ops::silu_mul(D.g.f(), D.u.f(), n * I, act_, s, D.gb.u16(), D.bits_out.u16(), hb);
         }
-        L.down.q->forward(xb, n, D.bits_out.p, s);
-        cuda_ops::residual_add(D.x.f(), D.tmp.f(), n * H, act_, s, D.bits_out.u16());
+        add_to_residual(L.down, hb);
         continue;
       }
       cuda_ops::rmsnorm(D.x.f(), nm.in_norm.f(), n, H, eps, act_, D.a.f(), s);

@@ -270,6 +270,28 @@ class CudaLinearImpl final : public CudaLinear {
   int64_t in_features() const override { return k_; }
 
   void run(const void* x, int64_t m, void* y, void* stream_v) const override {
+    run_impl(x, m, y, stream_v, Epilogue::Store);
+  }
+  bool epilogue_in_kernel(Epilogue e, int64_t m) const override {
+    if (e == Epilogue::Store) return true;
+    if (m <= 0 || !uses_fused(m) || wgmma_at(m) || (e == Epilogue::Swiglu && n_ % 16 != 0)) return false;
+    const DecodeGrid g = decode_grid(m, n16_, kc_, sms_, decode_rule(), weight_mode(), k_ % 64 != 0);
+    return detail::has_epilogue_form(g.nt, static_cast<int>(weight_mode()));
+  }
+  void run_epilogue(Epilogue e, const void* x, int64_t m, void* out, void* stream_v) const override {
+    NVFP4_CHECK(epilogue_in_kernel(e, m), "cuda linear: no " +
+                                              std::string(e == Epilogue::Swiglu ? "SwiGLU" : "residual") +
+                                              " epilogue for M = " + std::to_string(m) + " and N = " +
+                                              std::to_string(n_) +
+                                              " (the decode kernel's at M <= 8; SwiGLU: N a multiple of 16)");
+    run_impl(x, m, out, stream_v, e);
+  }
+
+ private:
+  // The M > 32 calls that the fused path runs on the wgmma kernel (grid rules 3 and up, sm_90a).
+  bool wgmma_at(int64_t m) const { return m > 32 && grid_rule() >= 3 && wgmma_; }
+
+  void run_impl(const void* x, int64_t m, void* y, void* stream_v, Epilogue e) const {
     NVFP4_CHECK(m >= 0, "cuda linear: negative M " + std::to_string(m));
     if (m == 0) return;
     NVFP4_CHECK(m < (1ll << 31), "cuda linear: M " + std::to_string(m) + " too large");
@@ -280,6 +302,11 @@ class CudaLinearImpl final : public CudaLinear {
     const DeviceGuard guard(device_);
     std::lock_guard<std::mutex> lock(mu_);
     detail::GemmParams p = params(m, y);
+    p.swiglu = e == Epilogue::Swiglu;
+    if (e == Epilogue::AddToResidual) {
+      p.residual = static_cast<float*>(y);
+      p.y = nullptr;
+    }
     const bool large = !uses_fused(m);
     if (sem_ == Semantics::W4A16) {
       if (large) return run_large(static_cast<const uint8_t*>(x), m, y, stream);
@@ -318,7 +345,6 @@ class CudaLinearImpl final : public CudaLinear {
     fused(p, weight_mode(), true, stream);
   }
 
- private:
   detail::GemmParams params(int64_t m, void* y) const {
     detail::GemmParams p;
     p.wq = reinterpret_cast<const uint4*>(wq_.p);
@@ -340,7 +366,7 @@ class CudaLinearImpl final : public CudaLinear {
   // after_quantizer: the previous kernel is this call's (short) W4A4 activation quantizer.
   void fused(detail::GemmParams& p, detail::Mode mode, bool after_quantizer, cudaStream_t stream) const {
     const int rule = grid_rule();
-    if (p.m > 32 && rule >= 3 && wgmma_) return wgmma(p, mode, rule, stream);
+    if (wgmma_at(p.m)) return wgmma(p, mode, rule, stream);
     const DecodeGrid g = decode_grid(p.m, n16_, kc_, sms_, decode_rule(), mode, k_ % 64 != 0);
     p.wk = g.wk;
     // Programmatic launch only for grids of >= 80% of a wave, or behind the quantizer: the blocks scheduled

@@ -40,6 +40,11 @@ class CudaLinear {  // one layer, prepared once at load
   // threads/streams are safe. CUDA graphs: the first call with M above the fused-kernel crossover on a
   // given stream allocates that stream's cuBLAS workspace and must happen before capturing.
   virtual void run(const void* x, int64_t m, void* y, void* stream) const = 0;
+  // The same with epilogue e (format/quant.h) computed in the decode kernel: only where epilogue_in_kernel(e, m)
+  // (Store always; the others where the decode kernel runs M with one token tile, M <= 8, in the exact and
+  // power-of-two weight modes; for Swiglu N % 16 == 0); throws elsewhere.
+  virtual bool epilogue_in_kernel(Epilogue e, int64_t m) const = 0;
+  virtual void run_epilogue(Epilogue e, const void* x, int64_t m, void* out, void* stream) const = 0;
   virtual Semantics semantics() const = 0;
   virtual int64_t out_features() const = 0;
   virtual int64_t in_features() const = 0;

@@ -97,6 +97,22 @@ template <typename T2> __device__ __forceinline__ T2 from_u32(uint32_t u) { retu
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// The decoder's two elementwise steps that a linear's kernel can also apply to its outputs (format/quant.h's
+// Epilogue), for values of T, with round_t rounding an f32 to T. The model's GPU ops (cuda_ops::silu_mul,
+// residual_add) and the decode kernel's epilogues both compute them here, so the two give the same bits.
+// SwiGLU of one feature, T(T(silu(g)) · u) (llama.h): silu in f64, rounded to f32, then to T.
+template <typename Round>
+__device__ __forceinline__ float swiglu_value(float g, float u, Round round_t) {
+  const double gv = g;
+  const float s = round_t(static_cast<float>(gv / (1.0 + exp(-gv))));
+  return round_t(__fmul_rn(s, u));
+}
+// The residual stream's update T(x + y).
+template <typename Round>
+__device__ __forceinline__ float residual_value(float x, float y, Round round_t) {
+  return round_t(__fadd_rn(x, y));
+}
+
 // Programmatic dependent launch (sm_90+; no-ops below): a kernel launched with the programmatic-serialization
 // attribute may start while the previous kernel in the stream still runs, once every block of that kernel
 // has called pdl_launch_dependents (or exited); pdl_wait blocks until the previous kernel has completed and

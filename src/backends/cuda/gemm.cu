@@ -279,8 +279,11 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, const uint2* pow
 // Block: kWarps warps (8, or kWideWarps for the wide form); warp w handles kNW consecutive 16-row weight tiles
 // (sharing the activation fragments) and one of p.wk K ranges; the wk partial sums of a tile group are added in a
 // fixed order (deterministic). Grid: x = token tiles of 8·kNT (fastest, so blocks reading the same weights run
-// together), y = tile groups.
-template <typename T, int kMode, int kNT, int kNW, bool kLight, bool kQuant, int kWarps = 8>
+// together), y = tile groups. kEpi: the kernel that computes p.swiglu or p.residual's epilogue instead of storing y
+// (has_epilogue_form); a template parameter rather than a branch, because the branch changed the register
+// allocation of the kernels at their 80- and 128-register budgets (spills; 10240x8192 at M = 16 22.4 -> 25.6 µs,
+// docs/PERF.md change 79).
+template <typename T, int kMode, int kNT, int kNW, bool kLight, bool kQuant, int kWarps = 8, bool kEpi = false>
 __global__ void __launch_bounds__(32 * kWarps, kWarps == 8 ? fused_blocks_per_sm(kNT, kNW, kLight) : 2)
     fused_gemm_kernel(const GemmParams p) {
   static_assert(kWarps == 8 || (kWarps == kWideWarps && has_wide_form(kNT, kNW, kLight)),
@@ -337,13 +340,16 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 8 ? fused_blocks_per_sm
     pdl_launch_dependents();
   }
 
-  if (wk > 1) {
+  auto acc_to_slot = [&] {  // this warp's sums into its slot of red
 #pragma unroll
     for (int i = 0; i < kNW; ++i)
 #pragma unroll
       for (int j = 0; j < kNT; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) red[warp][(i * kNT + j) * 4 + e][lane] = acc[i][j][e];
+  };
+  if (wk > 1) {
+    acc_to_slot();
     __syncthreads();
     if (kk == 0) {
       for (int w = 1; w < wk; ++w)
@@ -356,10 +362,15 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 8 ? fused_blocks_per_sm
     }
   }
   if (kk != 0 || !active) return;
+  if constexpr (kEpi) {  // through the warp's own slot of red, which no other warp reads
+    acc_to_slot();
+    __syncwarp();
+    return store_epilogue_tiles<T, kNT, kNW>(p, tile0, m0, red[warp]);
+  }
   store_tiles<T, kNT, kNW>(p, tile0, m0, acc);
 }
 
-template <typename T, int kMode, int kNT, int kNW, bool kLight, bool kQuant, int kWarps = 8>
+template <typename T, int kMode, int kNT, int kNW, bool kLight, bool kQuant, int kWarps, bool kEpi>
 void launch_kernel(const GemmParams& p, cudaStream_t stream) {
   if constexpr (kWarps == 8) {
     NVFP4_CHECK(p.k % 64 == 0 || (p.wk - 1) * ceil_div(p.kc, p.wk) < p.kc,
@@ -374,19 +385,27 @@ void launch_kernel(const GemmParams& p, cudaStream_t stream) {
   const int groups_per_block = kWarps / p.wk;
   dim3 grid(static_cast<unsigned>(ceil_div(p.m, 8 * kNT)),
             static_cast<unsigned>(ceil_div(ceil_div(p.n16, kNW), groups_per_block)));
-  constexpr auto kernel = fused_gemm_kernel<T, kMode, kNT, kNW, kLight, kQuant, kWarps>;
+  constexpr auto kernel = fused_gemm_kernel<T, kMode, kNT, kNW, kLight, kQuant, kWarps, kEpi>;
   if (p.dyn_smem > 0) raise_dynamic_smem_limit<kernel>(p.dyn_smem);
   launch_maybe_programmatic(p.programmatic, kernel, grid, dim3(32 * kWarps), static_cast<size_t>(p.dyn_smem), stream,
                             p);
 }
 
-// A variant in blocks of 8 warps, or in its wide form (p.wk = kWideWarps) where it has one (has_wide_form).
+// A variant in blocks of 8 warps, or in its wide form (p.wk = kWideWarps) where it has one (has_wide_form); with the
+// epilogue form where p asks for an epilogue (launch_fused_gemm checked that the variant has one).
 template <typename T, int kMode, int kNT, int kNW, bool kLight, bool kQuant>
 void launch_variant(const GemmParams& p, cudaStream_t stream) {
-  if constexpr (has_wide_form(kNT, kNW, kLight)) {
-    if (p.wk == kWideWarps) return launch_kernel<T, kMode, kNT, kNW, kLight, kQuant, kWideWarps>(p, stream);
+  const bool epi = p.swiglu || p.residual != nullptr;
+  if constexpr (has_epilogue_form(kNT, kMode)) {
+    if constexpr (has_wide_form(kNT, kNW, kLight)) {
+      if (epi && p.wk == kWideWarps) return launch_kernel<T, kMode, kNT, kNW, kLight, kQuant, kWideWarps, true>(p, stream);
+    }
+    if (epi) return launch_kernel<T, kMode, kNT, kNW, kLight, kQuant, 8, true>(p, stream);
   }
-  launch_kernel<T, kMode, kNT, kNW, kLight, kQuant>(p, stream);
+  if constexpr (has_wide_form(kNT, kNW, kLight)) {
+    if (p.wk == kWideWarps) return launch_kernel<T, kMode, kNT, kNW, kLight, kQuant, kWideWarps, false>(p, stream);
+  }
+  launch_kernel<T, kMode, kNT, kNW, kLight, kQuant, 8, false>(p, stream);
 }
 
 template <typename T, int kMode, int kNT, bool kQuant = false>
@@ -508,6 +527,12 @@ void launch_fused_gemm(const GemmParams& p, DType act, Mode mode, int nt, int nw
   NVFP4_CHECK(p.x_gs == 0.0f || (nt == 1 && p.m == 1 && p.dyn_smem >= row_quant_smem_bytes(p.kc, p.wk)),
               "fused kernel: quantizing the activations in the kernel needs M = 1, one token tile and " +
                   std::to_string(row_quant_smem_bytes(p.kc, p.wk)) + " bytes of shared memory");
+  NVFP4_CHECK(!p.swiglu || p.n % 16 == 0, "fused kernel: the SwiGLU epilogue needs gate and up rows interleaved in "
+                                           "blocks of 8 (N a multiple of 16), got N = " + std::to_string(p.n));
+  NVFP4_CHECK(!(p.swiglu && p.residual), "fused kernel: one epilogue at a time (SwiGLU or the residual)");
+  NVFP4_CHECK((!p.swiglu && !p.residual) || has_epilogue_form(nt, static_cast<int>(mode)),
+              "fused kernel: the SwiGLU and residual epilogues exist for one token tile (M <= 8) and the exact and "
+              "power-of-two weight modes only");
   NVFP4_CHECK(p.wk != kWideWarps || has_wide_form(nt, nw, light),
               "fused kernel: the wide form (K split over " + std::to_string(kWideWarps) +
                   " warps) exists only for one weight tile per warp with one token tile, or two on the light kernel");

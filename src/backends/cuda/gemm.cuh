@@ -32,6 +32,11 @@ struct GemmParams {
   float x_gs = 0.0f;                // > 0 (decode kernel, m = 1, one token tile, W4A4): x is the raw row, which
   float x_inv_gs = 0.0f;            // each warp quantizes and dequantizes itself over its own K range (global
                                     // scale x_gs, 1 / x_gs; the weight mode's flavour) into shared memory
+  bool swiglu = false;              // decode kernel (has_epilogue_form): rows of gate and up interleaved in
+                                    // blocks of 8 (interleave_linear_outputs; N % 16 == 0); y is (m, N/2) T of
+                                    // swiglu_value(gate, up) per feature instead of (m, N)
+  float* residual = nullptr;        // decode kernel (has_epilogue_form): instead of y, this (m, N) f32 buffer
+                                    // of T values becomes T(residual + y) (Epilogue::AddToResidual)
 };
 
 // Warps per block of the decode kernel's wide form: one weight tile per block, K split over all of them, for
@@ -44,6 +49,11 @@ constexpr int decode_block_warps(int wk) { return wk == kWideWarps ? kWideWarps 
 constexpr bool has_wide_form(int nt, int nw, bool light) {
   return nw == 1 && (nt == 1 ? !light : nt == 2 && light);
 }
+
+// The decode kernel variants that also come in a form computing GemmParams::swiglu's or ::residual's epilogue: one
+// token tile (M <= 8: the decoder's one-token steps), the exact and power-of-two weight modes (the vLLM flavour's
+// per-weight rounding, a fallback, has none).
+constexpr bool has_epilogue_form(int nt, int mode) { return nt == 1 && mode != static_cast<int>(Mode::Vllm); }
 
 // Shared memory of the decode kernel's own quantization (GemmParams::x_gs): each of a block's warps holds its K
 // range of at most ceil(kc / wk) chunks of 64 dequantized T values.

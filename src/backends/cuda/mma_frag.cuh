@@ -210,4 +210,40 @@ __device__ __forceinline__ void store_tiles(const GemmParams& p, int tile0, int6
       }
 }
 
+// The epilogues other than storing y (format/quant.h's Epilogue) of one tile group whose sums the warp has put in
+// shared memory, slot[(i·kNT + j)·4 + e][lane] for acc[i][j][e], in a loop that is not unrolled, so that the f64 silu
+// runs with few registers live (the kernels are at their 80- and 128-register budgets).
+//   p.swiglu: rows of gate and up interleaved in blocks of 8 (interleave_linear_outputs), so a lane holds row g of
+//     a tile, the gate of feature 8·tile + g, and row g + 8, its up; y (m, N/2) gets swiglu_value of the two outputs;
+//   p.residual: residual[tok, n] = residual_value(residual[tok, n], y value).
+template <typename T, int kNT, int kNW>
+__device__ __forceinline__ void store_epilogue_tiles(const GemmParams& p, int tile0, int64_t m0,
+                                                     const float (*slot)[32]) {
+  using A = Act<T>;
+  const auto round_t = [](float x) { return A::back(A::one(x)); };
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  if (p.swiglu) {
+#pragma unroll 1
+    for (int q = 0; q < kNW * kNT * 2; ++q) {
+      const int i = q / (2 * kNT), j = q / 2 % kNT, e = q % 2;
+      const int row = (tile0 + i) * 16 + g;  // the gate's row; its up 8 rows further (p.n % 16 == 0)
+      const int64_t tok = m0 + 8 * j + 2 * t + e;
+      if (tile0 + i >= p.n16 || tok >= p.m) continue;
+      const float gate = A::back(y_value<T>(p, row, slot[(i * kNT + j) * 4 + e][lane]));
+      const float up = A::back(y_value<T>(p, row + 8, slot[(i * kNT + j) * 4 + e + 2][lane]));
+      static_cast<T*>(p.y)[tok * (p.n / 2) + (tile0 + i) * 8 + g] = A::one(swiglu_value(gate, up, round_t));
+    }
+    return;
+  }
+#pragma unroll 1
+  for (int q = 0; q < kNW * kNT * 4; ++q) {
+    const int i = q / (4 * kNT), j = q / 4 % kNT, e = q % 4;
+    const int n = (tile0 + i) * 16 + g + 8 * (e >> 1);
+    const int64_t tok = m0 + 8 * j + 2 * t + (e & 1);
+    if (tile0 + i >= p.n16 || n >= p.n || tok >= p.m) continue;
+    float& r = p.residual[tok * p.n + n];
+    r = residual_value(r, A::back(y_value<T>(p, n, slot[q][lane])), round_t);
+  }
+}
+
 }  // namespace nvfp4::cuda::detail

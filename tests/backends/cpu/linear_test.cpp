@@ -235,7 +235,22 @@ TEST(CpuLinear, ThreadCountDoesNotChangeTheBits) {
   EXPECT_EQ(y1, y3);
 }
 
-// Linears fused along their outputs (q/k/v, gate/up: concat_linear_outputs) give each part's outputs bit for
+// A fusion of linears (concat_linear_outputs, interleave_linear_outputs) that must refuse `parts`: false, a reason
+// containing `want`, and the parts left as they were.
+template <class Fuse>
+void expect_fusion_refused(std::vector<LinearWeights> parts, const std::string& want, Fuse fuse) {
+  const std::vector<LinearWeights> before = parts;
+  LinearWeights f;
+  std::string why;
+  EXPECT_FALSE(fuse(&parts, &f, &why)) << want;
+  EXPECT_NE(why.find(want), std::string::npos) << why;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    EXPECT_EQ(parts[i].weight.codes, before[i].weight.codes);
+    EXPECT_EQ(parts[i].weight.scales, before[i].weight.scales);
+  }
+}
+
+// Linears fused along their outputs (q/k/v: concat_linear_outputs) give each part's outputs bit for
 // bit (the executor sums every output in the same order whatever N is), in every semantics; parts that do
 // not share their scales, bias presence or input count are refused, named, and left as they were.
 TEST(ConcatLinearOutputs, FusedLayerGivesEachPartsOutputsBitForBit) {
@@ -277,15 +292,7 @@ TEST(ConcatLinearOutputs, FusedLayerGivesEachPartsOutputsBitForBit) {
   }
   // Refusals: each leaves the parts as they were.
   auto refused = [](std::vector<LinearWeights> parts, const std::string& want) {
-    const std::vector<LinearWeights> before = parts;
-    LinearWeights f;
-    std::string why;
-    EXPECT_FALSE(concat_linear_outputs(&parts, &f, &why)) << want;
-    EXPECT_NE(why.find(want), std::string::npos) << why;
-    for (size_t i = 0; i < parts.size(); ++i) {
-      EXPECT_EQ(parts[i].weight.codes, before[i].weight.codes);
-      EXPECT_EQ(parts[i].weight.scales, before[i].weight.scales);
-    }
+    expect_fusion_refused(std::move(parts), want, concat_linear_outputs);
   };
   Case a = make_case(1, 16, 64, DType::BF16, false, 700), b = make_case(1, 16, 64, DType::BF16, false, 701);
   b.w.input_global = a.w.input_global;
@@ -309,6 +316,60 @@ TEST(ConcatLinearOutputs, FusedLayerGivesEachPartsOutputsBitForBit) {
   c.w.input_global = a.w.input_global;
   c.w.name = "c";
   refused({a.w, c.w}, "c has 80 inputs, a 64");
+}
+
+// Parts interleaved in blocks of rows (gate/up: interleave_linear_outputs) give each part's outputs bit for bit at
+// their interleaved columns, bias included, in every semantics; unequal row counts, counts that are not multiples
+// of the block and what concat_linear_outputs refuses are refused, named, and leave the parts as they were.
+TEST(InterleaveLinearOutputs, FusedLayerGivesEachPartsOutputsAtItsColumns) {
+  for (Semantics s : {Semantics::W4A16, Semantics::W4A4, Semantics::W4A4_VLLM}) {
+    const DType act = DType::BF16;
+    const int64_t m = 3, k = 1040, n = 24, block = 8;
+    std::vector<Case> cs;
+    for (int i = 0; i < 2; ++i) cs.push_back(make_case(m, n, k, act, true, 650 + i));
+    for (Case& c : cs) {
+      c.w.weight.global = cs[0].w.weight.global;
+      c.w.input_global = cs[0].w.input_global;
+      c.x = cs[0].x;
+      c.w.name = "p" + std::to_string(&c - cs.data());
+    }
+    std::vector<LinearWeights> parts;
+    for (const Case& c : cs) parts.push_back(c.w);
+    LinearWeights f;
+    std::string why;
+    ASSERT_TRUE(interleave_linear_outputs(&parts, block, &f, &why)) << why;
+    EXPECT_EQ(f.name, "p0+p1");
+    ASSERT_EQ(f.out_features(), 2 * n);
+    std::vector<uint16_t> y(static_cast<size_t>(m * 2 * n), 0xFFFF);
+    CpuLinear(f, s, act).run(cs[0].x.data(), m, y.data());
+    for (int p = 0; p < 2; ++p) {
+      std::vector<uint16_t> yp(static_cast<size_t>(m * n), 0xFFFF);
+      CpuLinear(cs[static_cast<size_t>(p)].w, s, act).run(cs[0].x.data(), m, yp.data());
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t col = j / block * 2 * block + p * block + j % block;
+          ASSERT_EQ(y[static_cast<size_t>(i * 2 * n + col)], yp[static_cast<size_t>(i * n + j)])
+              << semantics_name(s) << " part " << p << " (" << i << "," << j << ")";
+        }
+    }
+  }
+  auto refused = [](std::vector<LinearWeights> parts, int64_t block, const std::string& want) {
+    expect_fusion_refused(std::move(parts), want, [block](std::vector<LinearWeights>* ps, LinearWeights* f,
+                                                          std::string* why) {
+      return interleave_linear_outputs(ps, block, f, why);
+    });
+  };
+  Case a = make_case(1, 16, 64, DType::BF16, false, 710), b = make_case(1, 24, 64, DType::BF16, false, 711);
+  b.w.input_global = a.w.input_global;
+  b.w.weight.global = a.w.weight.global;
+  a.w.name = "a";
+  b.w.name = "b";
+  refused({a.w, b.w}, 8, "b has 24 outputs, a 16");
+  refused({a.w, a.w}, 32, "16 outputs are not a multiple of 32");
+  refused({a.w, a.w}, 0, "interleave block of 0 rows");
+  LinearWeights a2 = a.w;
+  a2.weight.global = GlobalScale::from_enc(a.w.weight.global.enc * 2);
+  refused({a.w, a2}, 8, "different weight global scales");
 }
 
 TEST(CpuLinear, BiasIsAddedAfterRoundingTheProduct) {

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <thread>
@@ -812,6 +813,117 @@ TEST(CudaLinear, ChainedLayersWaitForTheirInput) {
 
 // kernels_available answers by capability.h's rule (the dispatch table's): no device is a "no" with the reason,
 // on any machine; a usable device is a "yes" that clears the reason.
+// The decode kernel's epilogues (format/quant.h's Epilogue) against the decoder's ops applied to the very outputs
+// run() gives (the same kernel, grid and summation order), bit for bit:
+//   Swiglu: the layer read as gate/up rows alternating in blocks of 8; per token and feature T(T(silu(gate))·up)
+//     (silu in f64 on both sides: CUDA's exp and the host's differ by at most an ulp of f64, far below the f32 and
+//     T roundings after it);
+//   AddToResidual: a residual buffer of random T values (f32) becomes T(r + y).
+// Every semantics (the vLLM flavour in its power-of-two form; its per-weight rounding has no epilogue form and
+// refuses), bias, M = 1-8 (the epilogues exist for one token tile), layers whose grids take one, two and
+// four tiles per warp and the wide form, K not a multiple of 64; nothing written past the output. M of two token
+// tiles (9), M on another kernel (the wgmma kernel above 32 on sm_90) and, for Swiglu, N not a multiple of 16 are
+// refused.
+TEST(CudaLinear, EpiloguesEqualTheDecoderOpsOnTheOutputs) {
+  NVFP4_REQUIRE_GPU();
+  struct Case {
+    int64_t n, k;
+    DType t;
+  };
+  const Case cases[] = {{96, 1040, DType::BF16}, {3072, 576, DType::BF16}, {4096, 1552, DType::F16},
+                        {8192, 4096, DType::BF16}, {28672, 4096, DType::BF16}};
+  uint32_t seed = 9100;
+  int vllm_pow2 = 0;
+  for (const Case& c : cases)
+    for (Semantics s : kAllSemantics) {
+      const LinearWeights w =
+          random_layer(c.n, c.k, scale_range(0x28, 0x5F), 2688.0f / 0.3f, true, 2688.0f / 7.0f, true, c.t, seed++);
+      auto lin = CudaLinear::create(w, s, c.t, 0);
+      if (s == Semantics::W4A4_VLLM && !vllm_weights_pow2(*lin)) {  // per-weight rounding: no epilogue form
+        EXPECT_FALSE(lin->epilogue_in_kernel(Epilogue::Swiglu, 1)) << c.n << "x" << c.k;
+        EXPECT_FALSE(lin->epilogue_in_kernel(Epilogue::AddToResidual, 1)) << c.n << "x" << c.k;
+        continue;
+      }
+      vllm_pow2 += s == Semantics::W4A4_VLLM;
+      for (int64_t m : {1, 2, 8}) {
+        const std::string what = label(s, c.t, m, c.n, c.k);
+        ASSERT_TRUE(lin->epilogue_in_kernel(Epilogue::Swiglu, m)) << what;
+        ASSERT_TRUE(lin->epilogue_in_kernel(Epilogue::AddToResidual, m)) << what;
+        const auto x = random_activations(c.t, m, c.k, 1.0f, seed++);
+        const auto r0 = random_activations(c.t, m, c.n, 4.0f, seed++);
+        std::vector<float> r0f(r0.size());
+        for (size_t i = 0; i < r0.size(); ++i) r0f[i] = from_bits16(c.t, r0[i]);
+        const int64_t half = c.n / 2;
+        DeviceBytes dx(static_cast<size_t>(m * c.k * 2)), dy(static_cast<size_t>(m * c.n * 2)),
+            dh(static_cast<size_t>((m + 2) * half * 2)), dr(static_cast<size_t>((m + 2) * c.n * 4));
+        dx.upload(x.data(), static_cast<size_t>(m * c.k * 2));
+        dy.fill(0xFF);
+        dh.fill(0xFF);
+        dr.fill(0xFF);
+        dr.upload(r0f.data(), r0f.size() * 4);
+        lin->run(dx.p, m, dy.p, nullptr);
+        lin->run_epilogue(Epilogue::Swiglu, dx.p, m, dh.p, nullptr);
+        lin->run_epilogue(Epilogue::AddToResidual, dx.p, m, dr.p, nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
+        std::vector<uint16_t> y(static_cast<size_t>(m * c.n)), h(static_cast<size_t>((m + 2) * half));
+        std::vector<uint32_t> r(static_cast<size_t>((m + 2) * c.n));
+        dy.download(y.data(), y.size() * 2);
+        dh.download(h.data(), h.size() * 2);
+        dr.download(r.data(), r.size() * 4);
+        int64_t bad = 0, finite = 0;
+        for (int64_t tok = 0; tok < m; ++tok)
+          for (int64_t f = 0; f < half; ++f) {
+            const int64_t row = f / 8 * 16 + f % 8;
+            const float g = from_bits16(c.t, y[static_cast<size_t>(tok * c.n + row)]);
+            const float u = from_bits16(c.t, y[static_cast<size_t>(tok * c.n + row + 8)]);
+            const double gd = g;
+            const float sl = round_to(c.t, static_cast<float>(gd / (1.0 + std::exp(-gd))));
+            const uint16_t want = to_bits16(c.t, round_to(c.t, sl * u));
+            const uint16_t got = h[static_cast<size_t>(tok * half + f)];
+            finite += std::isfinite(from_bits16(c.t, got)) ? 1 : 0;
+            if (got != want && bad++ < 3)
+              ADD_FAILURE() << what << " swiglu: (" << tok << ", " << f << ") got " << from_bits16(c.t, got)
+                            << ", want " << from_bits16(c.t, want) << " (gate " << g << ", up " << u << ")";
+          }
+        EXPECT_EQ(bad, 0) << what << " swiglu";
+        EXPECT_EQ(finite, m * half) << what << " swiglu: non-finite outputs";
+        bad = 0;
+        for (int64_t i = 0; i < m * c.n; ++i) {
+          const float want = round_to(c.t, r0f[static_cast<size_t>(i)] + from_bits16(c.t, y[static_cast<size_t>(i)]));
+          float got;
+          std::memcpy(&got, &r[static_cast<size_t>(i)], 4);
+          if (!(std::memcmp(&got, &want, 4) == 0) && bad++ < 3)
+            ADD_FAILURE() << what << " residual: element " << i << " got " << got << ", want " << want;
+        }
+        EXPECT_EQ(bad, 0) << what << " residual";
+        for (size_t i = static_cast<size_t>(m * half); i < h.size(); ++i)
+          if (h[i] != 0xFFFF) {
+            ADD_FAILURE() << what << " swiglu: write past the end of the output at element " << i;
+            break;
+          }
+        for (size_t i = static_cast<size_t>(m * c.n); i < r.size(); ++i)
+          if (r[i] != 0xFFFFFFFFu) {
+            ADD_FAILURE() << what << " residual: write past the end of the buffer at element " << i;
+            break;
+          }
+      }
+      DeviceBytes buf(static_cast<size_t>(64 * c.k * 2 + 64 * c.n * 4));
+      for (Epilogue e : {Epilogue::Swiglu, Epilogue::AddToResidual})
+        for (int64_t m : {9, 16, 64}) {
+          EXPECT_FALSE(lin->epilogue_in_kernel(e, m)) << c.n << "x" << c.k << " m" << m;
+          EXPECT_THROW(lin->run_epilogue(e, buf.p, m, buf.p, nullptr), Error);
+        }
+      EXPECT_TRUE(lin->epilogue_in_kernel(Epilogue::Store, 64));
+    }
+  EXPECT_GE(vllm_pow2, 3) << "w4a4-vllm layers in the power-of-two form";
+  LinearWeights odd = random_layer(40, 64, scale_range(0x30, 0x38), 1.0f, false, 1.0f, false, DType::BF16, 3);
+  auto lin = CudaLinear::create(odd, Semantics::W4A16, DType::BF16, 0);
+  EXPECT_FALSE(lin->epilogue_in_kernel(Epilogue::Swiglu, 1));
+  EXPECT_TRUE(lin->epilogue_in_kernel(Epilogue::AddToResidual, 1));
+  DeviceBytes buf(4096);
+  EXPECT_THROW(lin->run_epilogue(Epilogue::Swiglu, buf.p, 1, buf.p, nullptr), Error);
+}
+
 TEST(CudaLinear, KernelsAvailableSaysWhyNot) {
   for (int device : {-1, 999}) {
     std::string why;

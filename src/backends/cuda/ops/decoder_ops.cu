@@ -197,9 +197,8 @@ __global__ void k_silu_mul(float* g, const float* u, int64_t n, int t, const uin
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   const int64_t bi = bcols > 0 ? i / bcols * bstride + i % bcols : i;
-  const double gv = gb ? value_t(gb[bi], t) : g[i];
-  const float s = round_t(static_cast<float>(gv / (1.0 + exp(-gv))), t);
-  const float r = round_t(__fmul_rn(s, ub ? value_t(ub[bi], t) : u[i]), t);
+  const float gv = gb ? value_t(gb[bi], t) : g[i];
+  const float r = cuda::detail::swiglu_value(gv, ub ? value_t(ub[bi], t) : u[i], [t](float x) { return round_t(x, t); });
   g[i] = r;
   if (ob) ob[i] = bits_t(r, t);
 }
@@ -208,7 +207,7 @@ __global__ void k_residual(float* x, const float* y, int64_t n, int t, const uin
   op_begin();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
-  x[i] = round_t(__fadd_rn(x[i], yb ? value_t(yb[i], t) : y[i]), t);
+  x[i] = cuda::detail::residual_value(x[i], yb ? value_t(yb[i], t) : y[i], [t](float v) { return round_t(v, t); });
 }
 
 // ---- rmsnorm: one block per row ------------------------------------------------------------------------
