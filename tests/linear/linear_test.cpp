@@ -85,6 +85,30 @@ TEST(QuantizedLinear, OwnsACopyOfTheWeights) {
   EXPECT_EQ(got, want);
 }
 
+// Executors without epilogue forms (cpu here): Store is forward itself; SwiGLU and the residual addition are
+// refused by epilogue_in_kernel and, if asked anyway, with an error naming the executor and what was asked.
+TEST(QuantizedLinear, EpiloguesOtherThanStoreRefusedWhereTheExecutorHasNone) {
+  const int64_t n = 16, k = 32, m = 2;
+  const std::vector<uint16_t> x = make_x(m, k);
+  auto q = QuantizedLinear::create(make_layer(n, k, false, false), cpu_selection(Semantics::W4A16), DType::BF16);
+  std::vector<uint16_t> want(static_cast<size_t>(m * n)), got(want.size(), 0xFFFF);
+  q->forward(x.data(), m, want.data(), nullptr);
+  EXPECT_TRUE(q->epilogue_in_kernel(Epilogue::Store, m));
+  q->forward_epilogue(Epilogue::Store, x.data(), m, got.data(), nullptr);
+  EXPECT_EQ(got, want);
+  for (Epilogue e : {Epilogue::Swiglu, Epilogue::AddToResidual}) {
+    EXPECT_FALSE(q->epilogue_in_kernel(e, m));
+    try {
+      q->forward_epilogue(e, x.data(), m, got.data(), nullptr);
+      ADD_FAILURE() << "an epilogue the cpu executor does not have was accepted";
+    } catch (const Error& err) {
+      const std::string what = err.what();
+      EXPECT_NE(what.find("executor cpu"), std::string::npos) << what;
+      EXPECT_NE(what.find(e == Epilogue::Swiglu ? "SwiGLU" : "residual"), std::string::npos) << what;
+    }
+  }
+}
+
 TEST(QuantizedLinear, KeepsTheInputScaleUnderW4A16) {
   const LinearWeights lw = make_layer(16, 32, true, false);
   auto q = QuantizedLinear::create(lw, cpu_selection(Semantics::W4A16), DType::BF16);
