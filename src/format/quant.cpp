@@ -37,12 +37,16 @@ float linear_output_factor(const LinearWeights& w, Semantics s) {
   return 1.0f;
 }
 
-bool concat_linear_outputs(std::vector<LinearWeights>* parts, LinearWeights* out, std::string* why) {
+namespace {
+
+// concat_linear_outputs (block 0) and interleave_linear_outputs (block > 0): the parts' rows in rounds, round r
+// taking rows [r·b, (r+1)·b) of each part in turn (b = block, or the part's whole row count in one round).
+bool fuse_linear_outputs(std::vector<LinearWeights>* parts, int64_t block, LinearWeights* out, std::string* why) {
   auto no = [&](const std::string& r) {
     if (why) *why = r;
     return false;
   };
-  if (parts->empty()) return no("nothing to concatenate");
+  if (parts->empty()) return no("no linears to fuse");
   const LinearWeights& a = parts->front();
   auto same_scale = [](const GlobalScale& x, const GlobalScale& y) { return x.enc == y.enc && x.dec == y.dec; };
   int64_t rows = 0;
@@ -50,6 +54,9 @@ bool concat_linear_outputs(std::vector<LinearWeights>* parts, LinearWeights* out
     if (p.in_features() != a.in_features())
       return no(p.name + " has " + std::to_string(p.in_features()) + " inputs, " + a.name + " " +
                 std::to_string(a.in_features()));
+    if (block > 0 && p.out_features() != a.out_features())
+      return no(p.name + " has " + std::to_string(p.out_features()) + " outputs, " + a.name + " " +
+                std::to_string(a.out_features()));
     if (!same_scale(p.weight.global, a.weight.global))
       return no(p.name + " and " + a.name + " have different weight global scales");
     if (p.has_input_scale != a.has_input_scale ||
@@ -58,19 +65,30 @@ bool concat_linear_outputs(std::vector<LinearWeights>* parts, LinearWeights* out
     if (p.bias.empty() != a.bias.empty()) return no(p.name + " and " + a.name + " differ in having a bias");
     rows += p.out_features();
   }
+  if (block > 0 && a.out_features() % block != 0)
+    return no(std::to_string(a.out_features()) + " outputs are not a multiple of " + std::to_string(block));
+  const int64_t k = a.in_features(), rounds = block > 0 ? a.out_features() / block : 1;
+  const int64_t code_row = k / 2, scale_row = k / 16;
   LinearWeights f;
   f.weight.rows = rows;
-  f.weight.cols = a.in_features();
+  f.weight.cols = k;
   f.weight.global = a.weight.global;
   f.has_input_scale = a.has_input_scale;
   f.input_global = a.input_global;
-  f.weight.codes.reserve(static_cast<size_t>(rows * a.in_features() / 2));
-  f.weight.scales.reserve(static_cast<size_t>(rows * a.in_features() / 16));
+  f.weight.codes.reserve(static_cast<size_t>(rows * code_row));
+  f.weight.scales.reserve(static_cast<size_t>(rows * scale_row));
+  for (const LinearWeights& p : *parts) f.name += (f.name.empty() ? "" : "+") + p.name;
+  for (int64_t r = 0; r < rounds; ++r)
+    for (const LinearWeights& p : *parts) {
+      const int64_t b = block > 0 ? block : p.out_features(), r0 = r * b;
+      auto append = [&](std::vector<uint8_t>& to, const std::vector<uint8_t>& from, int64_t per_row) {
+        to.insert(to.end(), from.begin() + r0 * per_row, from.begin() + (r0 + b) * per_row);
+      };
+      append(f.weight.codes, p.weight.codes, code_row);
+      append(f.weight.scales, p.weight.scales, scale_row);
+      if (!p.bias.empty()) f.bias.insert(f.bias.end(), p.bias.begin() + r0, p.bias.begin() + r0 + b);
+    }
   for (LinearWeights& p : *parts) {
-    f.name += (f.name.empty() ? "" : "+") + p.name;
-    f.weight.codes.insert(f.weight.codes.end(), p.weight.codes.begin(), p.weight.codes.end());
-    f.weight.scales.insert(f.weight.scales.end(), p.weight.scales.begin(), p.weight.scales.end());
-    f.bias.insert(f.bias.end(), p.bias.begin(), p.bias.end());
     std::vector<uint8_t>().swap(p.weight.codes);
     std::vector<uint8_t>().swap(p.weight.scales);
   }
@@ -78,38 +96,19 @@ bool concat_linear_outputs(std::vector<LinearWeights>* parts, LinearWeights* out
   return true;
 }
 
+}  // namespace
+
+bool concat_linear_outputs(std::vector<LinearWeights>* parts, LinearWeights* out, std::string* why) {
+  return fuse_linear_outputs(parts, 0, out, why);
+}
+
 bool interleave_linear_outputs(std::vector<LinearWeights>* parts, int64_t block, LinearWeights* out,
                                std::string* why) {
-  auto no = [&](const std::string& r) {
-    if (why) *why = r;
+  if (block <= 0) {
+    if (why) *why = "interleave block of " + std::to_string(block) + " rows";
     return false;
-  };
-  if (parts->empty()) return no("nothing to interleave");
-  if (block <= 0) return no("interleave block of " + std::to_string(block) + " rows");
-  const int64_t n = parts->front().out_features();
-  for (const LinearWeights& p : *parts) {
-    if (p.out_features() != n)
-      return no(p.name + " has " + std::to_string(p.out_features()) + " outputs, " + parts->front().name + " " +
-                std::to_string(n));
   }
-  if (n % block != 0) return no(std::to_string(n) + " outputs are not a multiple of " + std::to_string(block));
-  LinearWeights cat;
-  if (!concat_linear_outputs(parts, &cat, why)) return false;
-  const int64_t np = static_cast<int64_t>(parts->size()), k = cat.in_features();
-  const size_t code_row = static_cast<size_t>(k / 2), scale_row = static_cast<size_t>(k / 16);
-  LinearWeights f = cat;  // scalars, name and shape; rows rewritten below
-  for (int64_t r = 0; r < np * n; ++r) {
-    // output row r: block q of part p, its row i
-    const int64_t q = r / (np * block), p = r / block % np, i = r % block;
-    const int64_t src = p * n + q * block + i;
-    std::copy_n(cat.weight.codes.begin() + static_cast<std::ptrdiff_t>(src * code_row), code_row,
-                f.weight.codes.begin() + static_cast<std::ptrdiff_t>(r * code_row));
-    std::copy_n(cat.weight.scales.begin() + static_cast<std::ptrdiff_t>(src * scale_row), scale_row,
-                f.weight.scales.begin() + static_cast<std::ptrdiff_t>(r * scale_row));
-    if (!cat.bias.empty()) f.bias[static_cast<size_t>(r)] = cat.bias[static_cast<size_t>(src)];
-  }
-  *out = std::move(f);
-  return true;
+  return fuse_linear_outputs(parts, block, out, why);
 }
 
 const char* semantics_name(Semantics s) {
