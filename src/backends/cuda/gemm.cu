@@ -391,21 +391,21 @@ void launch_kernel(const GemmParams& p, cudaStream_t stream) {
                             p);
 }
 
-// A variant in blocks of 8 warps, or in its wide form (p.wk = kWideWarps) where it has one (has_wide_form); with the
-// epilogue form where p asks for an epilogue (launch_fused_gemm checked that the variant has one).
+// A variant in blocks of 8 warps, or in its wide form (p.wk = kWideWarps) where it has one (has_wide_form).
+template <typename T, int kMode, int kNT, int kNW, bool kLight, bool kQuant, bool kEpi>
+void launch_blocks(const GemmParams& p, cudaStream_t stream) {
+  if constexpr (has_wide_form(kNT, kNW, kLight)) {
+    if (p.wk == kWideWarps) return launch_kernel<T, kMode, kNT, kNW, kLight, kQuant, kWideWarps, kEpi>(p, stream);
+  }
+  launch_kernel<T, kMode, kNT, kNW, kLight, kQuant, 8, kEpi>(p, stream);
+}
+// ... in its epilogue form where p asks for an epilogue (launch_fused_gemm checked that the variant has one).
 template <typename T, int kMode, int kNT, int kNW, bool kLight, bool kQuant>
 void launch_variant(const GemmParams& p, cudaStream_t stream) {
-  const bool epi = p.swiglu || p.residual != nullptr;
   if constexpr (has_epilogue_form(kNT, kMode)) {
-    if constexpr (has_wide_form(kNT, kNW, kLight)) {
-      if (epi && p.wk == kWideWarps) return launch_kernel<T, kMode, kNT, kNW, kLight, kQuant, kWideWarps, true>(p, stream);
-    }
-    if (epi) return launch_kernel<T, kMode, kNT, kNW, kLight, kQuant, 8, true>(p, stream);
+    if (p.custom_epilogue()) return launch_blocks<T, kMode, kNT, kNW, kLight, kQuant, true>(p, stream);
   }
-  if constexpr (has_wide_form(kNT, kNW, kLight)) {
-    if (p.wk == kWideWarps) return launch_kernel<T, kMode, kNT, kNW, kLight, kQuant, kWideWarps, false>(p, stream);
-  }
-  launch_kernel<T, kMode, kNT, kNW, kLight, kQuant, 8, false>(p, stream);
+  launch_blocks<T, kMode, kNT, kNW, kLight, kQuant, false>(p, stream);
 }
 
 template <typename T, int kMode, int kNT, bool kQuant = false>
@@ -530,7 +530,7 @@ void launch_fused_gemm(const GemmParams& p, DType act, Mode mode, int nt, int nw
   NVFP4_CHECK(!p.swiglu || p.n % 16 == 0, "fused kernel: the SwiGLU epilogue needs gate and up rows interleaved in "
                                            "blocks of 8 (N a multiple of 16), got N = " + std::to_string(p.n));
   NVFP4_CHECK(!(p.swiglu && p.residual), "fused kernel: one epilogue at a time (SwiGLU or the residual)");
-  NVFP4_CHECK((!p.swiglu && !p.residual) || has_epilogue_form(nt, static_cast<int>(mode)),
+  NVFP4_CHECK(!p.custom_epilogue() || has_epilogue_form(nt, static_cast<int>(mode)),
               "fused kernel: the SwiGLU and residual epilogues exist for one token tile (M <= 8) and the exact and "
               "power-of-two weight modes only");
   NVFP4_CHECK(p.wk != kWideWarps || has_wide_form(nt, nw, light),

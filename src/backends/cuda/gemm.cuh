@@ -37,6 +37,8 @@ struct GemmParams {
                                     // swiglu_value(gate, up) per feature instead of (m, N)
   float* residual = nullptr;        // decode kernel (has_epilogue_form): instead of y, this (m, N) f32 buffer
                                     // of T values becomes T(residual + y) (Epilogue::AddToResidual)
+  // Whether the kernel computes one of those epilogues instead of storing y.
+  bool custom_epilogue() const { return swiglu || residual != nullptr; }
 };
 
 // Warps per block of the decode kernel's wide form: one weight tile per block, K split over all of them, for

@@ -462,7 +462,7 @@ static void launch_splitk_reduce(const GemmParams& p, DType act, cudaStream_t st
 
 void launch_wgmma_gemm(const GemmParams& p, DType act, Mode mode, int tile_tokens, int consumers,
                        cudaStream_t stream) {
-  NVFP4_CHECK(!p.swiglu && !p.residual, "wgmma gemm: no SwiGLU or residual epilogue (the decode kernel's only)");
+  NVFP4_CHECK(!p.custom_epilogue(), "wgmma gemm: no SwiGLU or residual epilogue (the decode kernel's only)");
   NVFP4_CHECK(p.wgmma_rows == 256 || p.wgmma_rows == 128,
               "wgmma gemm: blocks of " + std::to_string(p.wgmma_rows) + " rows, expected 128 or 256");
   NVFP4_CHECK(wgmma_split_inside(p.splits, p.split_rb0, p.wgmma_rows, p.n),

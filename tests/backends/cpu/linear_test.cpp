@@ -250,6 +250,21 @@ void expect_fusion_refused(std::vector<LinearWeights> parts, const std::string& 
   }
 }
 
+// The parts of a fused set (out features ns, biases, seeds seed0, seed0 + 1, ...): they share their global scales
+// (the quantizer gives a fused set one) and their input (the same tensor), and are named p0, p1, ...
+std::vector<Case> fusable_parts(int64_t m, const std::vector<int64_t>& ns, int64_t k, DType act, uint32_t seed0) {
+  std::vector<Case> cs;
+  for (size_t i = 0; i < ns.size(); ++i)
+    cs.push_back(make_case(m, ns[i], k, act, true, seed0 + static_cast<uint32_t>(i)));
+  for (Case& c : cs) {
+    c.w.weight.global = cs[0].w.weight.global;
+    c.w.input_global = cs[0].w.input_global;
+    c.x = cs[0].x;
+    c.w.name = "p" + std::to_string(&c - cs.data());
+  }
+  return cs;
+}
+
 // Linears fused along their outputs (q/k/v: concat_linear_outputs) give each part's outputs bit for
 // bit (the executor sums every output in the same order whatever N is), in every semantics; parts that do
 // not share their scales, bias presence or input count are refused, named, and left as they were.
@@ -257,17 +272,7 @@ TEST(ConcatLinearOutputs, FusedLayerGivesEachPartsOutputsBitForBit) {
   for (Semantics s : {Semantics::W4A16, Semantics::W4A4, Semantics::W4A4_VLLM}) {
     const DType act = DType::BF16;
     const int64_t m = 3, k = 1040;
-    const int64_t ns[] = {24, 8, 8};
-    std::vector<Case> cs;
-    for (int i = 0; i < 3; ++i) cs.push_back(make_case(m, ns[i], k, act, true, 600 + i));
-    // The parts of a fused set share their global scales (the quantizer gives a fused set one; the input is the
-    // same tensor): make them equal, and the input the same.
-    for (Case& c : cs) {
-      c.w.weight.global = cs[0].w.weight.global;
-      c.w.input_global = cs[0].w.input_global;
-      c.x = cs[0].x;
-      c.w.name = "p" + std::to_string(&c - cs.data());
-    }
+    const std::vector<Case> cs = fusable_parts(m, {24, 8, 8}, k, act, 600);
     std::vector<LinearWeights> parts;
     for (const Case& c : cs) parts.push_back(c.w);
     LinearWeights f;
@@ -325,14 +330,7 @@ TEST(InterleaveLinearOutputs, FusedLayerGivesEachPartsOutputsAtItsColumns) {
   for (Semantics s : {Semantics::W4A16, Semantics::W4A4, Semantics::W4A4_VLLM}) {
     const DType act = DType::BF16;
     const int64_t m = 3, k = 1040, n = 24, block = 8;
-    std::vector<Case> cs;
-    for (int i = 0; i < 2; ++i) cs.push_back(make_case(m, n, k, act, true, 650 + i));
-    for (Case& c : cs) {
-      c.w.weight.global = cs[0].w.weight.global;
-      c.w.input_global = cs[0].w.input_global;
-      c.x = cs[0].x;
-      c.w.name = "p" + std::to_string(&c - cs.data());
-    }
+    const std::vector<Case> cs = fusable_parts(m, {n, n}, k, act, 650);
     std::vector<LinearWeights> parts;
     for (const Case& c : cs) parts.push_back(c.w);
     LinearWeights f;
