@@ -63,17 +63,6 @@ constexpr int64_t row_quant_smem_bytes(int64_t kc, int wk) {
   return decode_block_warps(wk) * ((kc + wk - 1) / wk) * 64 * 2;
 }
 
-// Chunks of activations in each warp's shared-memory ring in the decode kernels of 16-token tiles (filled
-// kDecodeActRing - 1 chunks ahead of their use; 0: loaded from global memory into registers a chunk ahead), and
-// the dynamic shared memory those rings take per block (2 KB per chunk: 16 token rows of 64 T values).
-// A measurement switch (docs/PERF.md, change 81): rings of 2 and 4 were slower on every layer at M = 9-16 except
-// in the vLLM flavour's kernels on the four-tile layers, so the default is 0.
-#ifndef NVFP4_DECODE_ACT_RING
-#define NVFP4_DECODE_ACT_RING 0
-#endif
-constexpr int kDecodeActRing = NVFP4_DECODE_ACT_RING;
-constexpr int act_ring_bytes(int nt, int wk) { return nt == 2 ? decode_block_warps(wk) * kDecodeActRing * 2048 : 0; }
-
 // Blocks of 8 warps per SM the fused kernel for token tiles of 8·nt and nw weight tiles per warp is
 // compiled to fit (its register budget: 80 registers for one weight tile per warp with one token tile, or for
 // the light variants, 128 otherwise); the host's grid rules count block slots with it. light: the variants with
