@@ -89,6 +89,14 @@ echo "$out" | sed -n '/^device:/,$p' | sed 's/^/      /'
 if grep -qE '^device: +NVIDIA .*\((7|8|9)\.[0-9]\)' <<<"$out" && grep -q 'cublaslt' <<<"$(grep '^dispatch:' <<<"$out")"; then
   echo "FAIL: cublaslt chosen on a device below 10.0"; fails=$((fails + 1))
 fi
+# A CUDA build on a machine without an NVIDIA driver says so (the runtime's own words speak of an old driver).
+if grep -q '^build: *CUDA' <<<"$out" && [ ! -e /proc/driver/nvidia/version ]; then
+  if ! grep -q '^device: *CPU (no CUDA device (no NVIDIA driver is installed' <<<"$out"; then
+    echo "FAIL: no driver on this machine, but the device line does not say so"; fails=$((fails + 1))
+  else
+    echo "ok:   no NVIDIA driver here, and the device line says so"
+  fi
+fi
 
 # Hypothetical devices: the decision a user would get there with this binary, before deploying.
 check "--explain-device sm_90: W4A16 with the reason" '^W4A4 layer:  w4a16 on .*sm_90 < sm_100' -- \
