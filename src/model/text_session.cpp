@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -11,7 +12,14 @@
 
 namespace nvfp4::model {
 
-Tokenizer load_tokenizer(const std::string& dir) { return Tokenizer::from_file(dir + "/tokenizer.json"); }
+Tokenizer load_tokenizer(const std::string& dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec))
+    throw Error(dir + (std::filesystem::exists(dir, ec) ? ": not a directory (a model directory holds config.json, "
+                                                          "tokenizer.json and the .safetensors files)"
+                                                        : ": no such model directory"));
+  return Tokenizer::from_file(dir + "/tokenizer.json");
+}
 
 std::string load_chat_template(const std::string& dir) {
   std::ifstream f(dir + "/tokenizer_config.json", std::ios::binary);

@@ -38,6 +38,9 @@ expect 1 "$tmp/tokenizer.json" -- eval -m "$tmp" -f /dev/null
 expect 2 "output"       -- calibrate -m "$tmp" -f /dev/null
 expect 1 "$tmp/nope"    -- calibrate -m "$tmp/nope" -f /dev/null -o "$tmp/a.json"
 [ -e "$tmp/a.json" ] && { echo "FAIL: calibrate left $tmp/a.json"; fails=$((fails + 1)); }
+expect 1 "$tmp/nope: no such model directory" -- run -m "$tmp/nope" -p hi
+printf 'x' >"$tmp/afile"
+expect 1 "$tmp/afile: not a directory" -- eval -m "$tmp/afile" -f /dev/null
 
 # import-gguf: not a GGUF, truncated GGUF, existing output.
 printf 'not a gguf file at all' >"$tmp/bad.gguf"
