@@ -23,20 +23,14 @@ __global__ void nvfp4_arch_probe_kernel(int* out) {
 
 std::string err_string(cudaError_t e) { return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e); }
 
-std::string cuda_version_string(int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); }
-
 // Why the runtime found no device, in the user's terms: an insufficient driver is usually no driver at all
 // (a machine without an NVIDIA GPU), which the runtime's own message does not say.
 std::string driver_problem(cudaError_t e) {
-  if (e == cudaErrorInsufficientDriver) {
-    int driver = 0, runtime = 0;
-    cudaDriverGetVersion(&driver);
-    cudaRuntimeGetVersion(&runtime);
-    if (driver == 0) return "no NVIDIA driver is installed; " + std::string(cudaGetErrorName(e));
-    return "the NVIDIA driver supports CUDA up to " + cuda_version_string(driver) + ", this build needs " +
-           cuda_version_string(runtime) + "; " + cudaGetErrorName(e);
-  }
-  return err_string(e);
+  if (e != cudaErrorInsufficientDriver) return err_string(e);
+  const BuildInfo b = query_build();
+  if (b.driver_version == 0) return "no NVIDIA driver is installed; " + std::string(cudaGetErrorName(e));
+  return "the NVIDIA driver supports CUDA up to " + cudart_version_string(b.driver_version) + ", this build needs " +
+         cudart_version_string(b.cudart_version) + "; " + cudaGetErrorName(e);
 }
 
 // Parses the build's architecture list, e.g. "80;90a;100a;120a" (CMake's NVFP4_CUDA_ARCHS, entries compiled
