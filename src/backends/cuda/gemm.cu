@@ -83,7 +83,7 @@ struct Pipeline {
   static constexpr int kTiles = kOneTile || kLight ? 2 : kNT == 4 ? 1 : 4;  // chunk-tiles per stage
   static constexpr int kU = kTiles / kNW > 1 ? kTiles / kNW : 1;
   static constexpr bool kActInStage = kNT == 4 && kNW == 1;
-  static constexpr bool kActChunkAhead = kOneTile || (kNT == 2 && kNW <= 2 && !kLight);
+  static constexpr bool kActChunkAhead = (kOneTile || (kNT == 2 && kNW <= 2 && !kLight));
 };
 
 // Whether the decode kernel of kNW tiles per warp takes the power-of-two form's scale registers from a table in
@@ -117,7 +117,12 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, const uint2* pow
   using P = Pipeline<kNT, kNW, kLight>;
   constexpr int kS = P::kS, kU = P::kU;
   // chunks per trip of the main loop: whole turns of the ring, an even number with two activation buffers
-  constexpr int kTrip = kS * kU * (P::kActChunkAhead && (kS * kU) % 2 ? 2 : 1);
+  // (and a multiple of the activation ring, so that a chunk's slot is known at compile time)
+  constexpr int kTrip0 = kS * kU * (P::kActChunkAhead && (kS * kU) % 2 ? 2 : 1);
+  constexpr int kRing = act_ring_chunks(kNT, kNW, kMode);  // the activation ring (act_ring_chunks)
+  constexpr int kRing1 = kRing > 0 ? kRing : 1;
+  constexpr int kTrip = kTrip0 % kRing1 ? kTrip0 * kRing1 : kTrip0;
+  static_assert(kRing == 0 || (kTrip % kRing1 == 0 && kRing >= 2), "the ring's slots must repeat with the trip");
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   // Tiles tile0 .. tile0+kNW-1 lie in one stored group (tile0 is a multiple of kNW, which divides 4), 32
   // lanes apart; a chunk further is kTileGroup·32 lanes further. Tiles past N16 are stored zero tiles.
@@ -134,6 +139,44 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, const uint2* pow
     xq[j] = reinterpret_cast<const uint4*>(static_cast<const T*>(p.x) + row * p.k + c0 * 64 + 16 * t);
   }
   const int cm = min(c1, p.k / 64);  // chunks [c0, cm) lie inside K
+
+  // The activation ring (kRing > 0, 16 tokens): slot r (chunks c0 + r mod kRing) holds the 16 token rows' 128 bytes
+  // of the chunk, piece q (16 bytes) of row w at w·128 + (q ^ (w & 7))·16, so that both the copies (8 lanes per row,
+  // 4 rows per instruction) and the reads (lane g, t: rows g and 8 + g, pieces 2t and 2t + 1) hit distinct banks.
+  // Rows past M are zeros (copies of 0 source bytes).
+  const uint32_t ring = smem_addr(qbuf);
+  int xoff = 0;       // the lane's copy source of chunk c0 in x (elements): row m0 + (lane >> 3), piece lane & 7
+  int rows_left = 0;  // rows of x from the lane's first copy row on
+  uint32_t ring_dst[2], ring_src[2];
+  if constexpr (kRing > 0) {
+    const int q = lane & 7, w0 = lane >> 3;
+    rows_left = static_cast<int>(min(p.m - m0 - w0, static_cast<int64_t>(16)));
+    xoff = static_cast<int>(min(m0 + w0, p.m - 1) * p.k + c0 * 64 + 8 * q);
+#pragma unroll
+    for (int e = 0; e < 2; ++e) ring_dst[e] = ring + (w0 * 8 + (q ^ (w0 + 4 * e))) * 16;
+    ring_src[0] = ring + (8 * g + ((2 * t) ^ g)) * 16;
+    ring_src[1] = ring + (8 * g + ((2 * t + 1) ^ g)) * 16;
+  }
+  // Copies chunk c into its slot (rows past M as zeros; nothing past the main loop's chunks) and closes a copy
+  // group.
+  auto ring_issue = [&](int c, int ring_slot) {  // ring_slot: (c - c0) % kRing
+    if constexpr (kRing > 0) {
+      if (c < cm) {
+        const T* src = static_cast<const T*>(p.x) + xoff + (c - c0) * 64;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const bool in = 4 * i < rows_left;  // the row exists (else 0 bytes are read from row m0 + w0's)
+          cp_async16(ring_dst[i & 1] + ring_slot * 2048 + 512 * i, in ? src + 4 * i * p.k : src, in ? 16 : 0);
+        }
+      }
+      cp_async_commit();
+    }
+  };
+  // Half h (steps 2h, 2h + 1) of the lane's activations of the chunk in slot ring_slot, once its copies are in.
+  auto ring_half = [&](uint4 (&xh)[kNT], int ring_slot, int h) {
+#pragma unroll
+    for (int j = 0; j < kNT; ++j) xh[j] = lds128(ring_src[h] + ring_slot * 2048 + j * 1024);
+  };
 
   struct Stage {
     uint4 wv[kU][kNW];
@@ -173,14 +216,17 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, const uint2* pow
   };
   // Chunk c with the activations x (a stage's, or buffer b of xv); next: the following chunk's activations are
   // requested (into the other buffer, or half by half into this one; not with kActInStage).
-  auto chunk = [&](const uint4 (&wv)[kNW], const uint32_t (&sv)[kNW], const uint4 (&x)[kNT][2], int b, int c,
-                   bool next) {
-    next = next && !P::kActInStage;
-    uint32_t ws2[kNW][2], wsx[kNW][2];
+  auto scales = [&](const uint32_t (&sv)[kNW], uint32_t (&ws2)[kNW][2], uint32_t (&wsx)[kNW][2]) {
     if constexpr (pow2_table(kMode, kNW, kQuant))
       scale_regs_from_table<kNW>(sv, pow2_tab, ws2, wsx);
     else
       scale_regs<T, kMode, kNW>(sv, p.w_dec, ws2, wsx);
+  };
+  auto chunk = [&](const uint4 (&wv)[kNW], const uint32_t (&sv)[kNW], const uint4 (&x)[kNT][2], int b, int c,
+                   bool next) {
+    next = next && !P::kActInStage;
+    uint32_t ws2[kNW][2], wsx[kNW][2];
+    scales(sv, ws2, wsx);
     uint4 xh[kNT];
     if constexpr (P::kActChunkAhead) {
       if (next) {
@@ -195,6 +241,16 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, const uint2* pow
 #pragma unroll
     for (int j = 0; j < kNT; ++j) xh[j] = x[j][1];
     if (!P::kActChunkAhead && next) load_act_half(xv[b], 1, c + 1);
+    chunk_half<T, kMode, kNT, kNW, 2>(wv, ws2, wsx, xh, acc);
+  };
+  // Chunk c with its activations from the ring (slot ring_slot), each half read just before its steps.
+  auto chunk_ring = [&](const uint4 (&wv)[kNW], const uint32_t (&sv)[kNW], int ring_slot) {
+    uint32_t ws2[kNW][2], wsx[kNW][2];
+    scales(sv, ws2, wsx);
+    uint4 xh[kNT];
+    ring_half(xh, ring_slot, 0);
+    chunk_half<T, kMode, kNT, kNW, 0>(wv, ws2, wsx, xh, acc);
+    ring_half(xh, ring_slot, 1);
     chunk_half<T, kMode, kNT, kNW, 2>(wv, ws2, wsx, xh, acc);
   };
 
@@ -236,7 +292,10 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, const uint2* pow
     __syncwarp();
     xq[0] = reinterpret_cast<const uint4*>(qbuf) + 2 * t;  // the lane's 16 values of chunk c at 8·(c - c0)
   }
-  if (P::kActInStage) {
+  if constexpr (kRing > 0) {
+#pragma unroll
+    for (int r = 0; r + 1 < kRing; ++r) ring_issue(c0 + r, r);
+  } else if (P::kActInStage) {
     load_stage_acts(st[0], c0);
   } else if (c0 < cm) {
     load_act_half(xv[0], 0, c0);
@@ -254,10 +313,20 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, const uint2* pow
       for (int u = 0; u < kU; ++u) {
         const int ci = c + i + u;
         const int b = P::kActChunkAhead ? (i + u) & 1 : 0;
-        if (ci < cm) chunk(st[s].wv[u], st[s].sv[u], P::kActInStage ? st[s].xs[u] : xv[b], b, ci, ci + 1 < cm);
+        if constexpr (kRing > 0) {
+          if (ci < cm) {
+            cp_async_wait<kRing - 2>();  // this lane's copies of chunk ci are in; the other lanes' after the sync
+            __syncwarp();                // (which also orders every lane's reads of chunk ci - 1 before its reuse)
+            ring_issue(ci + kRing - 1, (i + u + kRing - 1) % kRing);
+            chunk_ring(st[s].wv[u], st[s].sv[u], (i + u) % kRing);
+          }
+        } else if (ci < cm) {
+          chunk(st[s].wv[u], st[s].sv[u], P::kActInStage ? st[s].xs[u] : xv[b], b, ci, ci + 1 < cm);
+        }
       }
     }
   }
+  if constexpr (kRing > 0) cp_async_wait<0>();  // only empty groups are left
   if (cm < c1) {  // the chunk reaching past K (zero codes there; the activations past K must not be read)
     const int64_t off = static_cast<int64_t>(cm - c0) * kChunkStride;
     uint4 wv[kNW];
@@ -333,8 +402,10 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 8 ? fused_blocks_per_sm
     // at most per chunks each and none empty (kc >= kWideWarps), so the chunk past K is the last warp's alone.
     const int c0 = !active ? 0 : kWarps == 8 ? kk * per : kk * p.kc / wk;
     const int c1 = !active ? 0 : kWarps == 8 ? min(p.kc, c0 + per) : (kk + 1) * p.kc / wk;
-    accumulate<T, kMode, kNT, kNW, kLight, kQuant>(p, pow2_tab, factors, row_smem + warp * per * 16, tile0, m0, c0,
-                                                   c1, acc, setup);
+    // dynamic shared memory: the warp's K range of the row (kQuant) or its activation ring (act_ring_bytes)
+    constexpr int kRing = act_ring_chunks(kNT, kNW, kMode);
+    uint2* wsm = row_smem + (kRing > 0 ? warp * kRing * 256 : warp * per * 16);
+    accumulate<T, kMode, kNT, kNW, kLight, kQuant>(p, pow2_tab, factors, wsm, tile0, m0, c0, c1, acc, setup);
   } else {
     pdl_wait();  // y is written below: not before the previous kernel is done with it
     pdl_launch_dependents();
@@ -527,6 +598,10 @@ void launch_fused_gemm(const GemmParams& p, DType act, Mode mode, int nt, int nw
   NVFP4_CHECK(p.x_gs == 0.0f || (nt == 1 && p.m == 1 && p.dyn_smem >= row_quant_smem_bytes(p.kc, p.wk)),
               "fused kernel: quantizing the activations in the kernel needs M = 1, one token tile and " +
                   std::to_string(row_quant_smem_bytes(p.kc, p.wk)) + " bytes of shared memory");
+  const int ring_bytes = act_ring_bytes(nt, nw, static_cast<int>(mode), p.wk);
+  NVFP4_CHECK(p.dyn_smem >= ring_bytes,
+              "fused kernel: this kernel needs " + std::to_string(ring_bytes) +
+                  " bytes of shared memory for its warps' activation rings, got " + std::to_string(p.dyn_smem));
   NVFP4_CHECK(!p.swiglu || p.n % 16 == 0, "fused kernel: the SwiGLU epilogue needs gate and up rows interleaved in "
                                            "blocks of 8 (N a multiple of 16), got N = " + std::to_string(p.n));
   NVFP4_CHECK(!(p.swiglu && p.residual), "fused kernel: one epilogue at a time (SwiGLU or the residual)");

@@ -63,6 +63,17 @@ constexpr int64_t row_quant_smem_bytes(int64_t kc, int wk) {
   return decode_block_warps(wk) * ((kc + wk - 1) / wk) * 64 * 2;
 }
 
+// Chunks of activations in each warp's shared-memory ring in the decode kernel of 16-token tiles and four weight
+// tiles per warp in the vLLM flavour's modes (filled one chunk ahead of its use), and the dynamic shared memory those
+// rings take per block (2 KB per chunk: 16 token rows of 64 T values). Every other kernel loads its activations from
+// global memory into registers: a ring made them slower (docs/PERF.md, change 81), and these faster.
+constexpr int act_ring_chunks(int nt, int nw, int mode) {
+  return nt == 2 && nw == 4 && mode != static_cast<int>(Mode::Exact) ? 2 : 0;
+}
+constexpr int act_ring_bytes(int nt, int nw, int mode, int wk) {
+  return decode_block_warps(wk) * act_ring_chunks(nt, nw, mode) * 2048;
+}
+
 // Blocks of 8 warps per SM the fused kernel for token tiles of 8·nt and nw weight tiles per warp is
 // compiled to fit (its register budget: 80 registers for one weight tile per warp with one token tile, or for
 // the light variants, 128 otherwise); the host's grid rules count block slots with it. light: the variants with

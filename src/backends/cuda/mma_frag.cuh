@@ -38,6 +38,31 @@ __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
   return v;
 }
 
+// Shared-memory addresses and accesses at a shared::cta address (no generic-to-shared conversion per access).
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ uint4 lds128(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
+}
+// Asynchronous 16-byte copy global -> shared (sm_80+), its groups and the wait for all but the
+// kPending most recent groups of this thread (other lanes' copies: then __syncwarp).
+// src_bytes 16, or 0 (nothing read, zeros written).
+// Through L1 (.ca): the same times as L2 only (.cg) where measured (docs/PERF.md, change 81).
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, uint32_t src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
 // prmt.b32 in its generic mode: each selector nibble picks a byte (bits 0-2) of {b, a} and, with bit 3 set,
 // replicates that byte's sign bit instead.
 __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {

@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "backends/cuda/cuda_util.cuh"
+#include "backends/cuda/mma_frag.cuh"  // smem_addr, lds128
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define NVFP4_WGMMA 1
@@ -14,9 +15,6 @@
 namespace nvfp4::cuda::detail {
 
 #ifdef NVFP4_WGMMA
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
 // mbarriers (shared::cta addresses). A phase completes when its arrivals and its expected transaction bytes
 // are all in; waiting on parity P returns once the phase of that parity has completed.
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t arrivals) {
@@ -45,15 +43,6 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
         : "r"(bar), "r"(parity)
         : "memory");
   } while (!done);
-}
-// Shared-memory loads at a shared::cta address (the ring's stages; no generic-to-shared conversion).
-__device__ __forceinline__ uint4 lds128(uint32_t addr) {
-  uint4 v;
-  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "r"(addr)
-               : "memory");
-  return v;
 }
 __device__ __forceinline__ uint32_t lds16(uint32_t addr) {
   uint16_t v;

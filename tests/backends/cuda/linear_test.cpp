@@ -306,6 +306,38 @@ TEST(CudaLinear, WideDecodeFormWithinBoundAndDeterministic) {
   }
 }
 
+// The vLLM flavour's decode kernel of 16-token tiles and four weight tiles per warp takes its activations through
+// a shared-memory ring (act_ring_chunks). A layer whose M = 9-16 grid is that kernel under the default rule (11):
+// N = 16·(8·SMs + 3) - 5 (over 90% of a wave of four-tile groups, a partial last group and a partial last tile),
+// K = 1040 (17 chunks, the last past K, split over 4 warps: 5, 5, 5, 2); both forms of the flavour (bf16: the
+// power-of-two form; fp16, whose w_dq fall in its subnormals: the per-weight rounding); M = 9, 13, 16 (rows past
+// M read as zeros); within the bound and bit-identical on a second call.
+TEST(CudaLinear, ActivationRingKernelWithinBoundAndDeterministic) {
+  NVFP4_REQUIRE_GPU();
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  const int64_t n = 16 * (8 * static_cast<int64_t>(sms) + 3) - 5, k = 1040, kc = 17;
+  const int rule = 11;
+  uint32_t seed = 8100;
+  for (DType t : {DType::BF16, DType::F16}) {
+    const LinearWeights w = random_layer(n, k, scale_range(0x28, 0x5F), 2688.0f / 0.3f, true, 2688.0f / 7.0f,
+                                         true, t, seed++);
+    const bool pow2 = vllm_weights_pow2(*CudaLinear::create(w, Semantics::W4A4_VLLM, t, 0));
+    ASSERT_EQ(pow2, t == DType::BF16) << dtype_name(t) << ": the form of the vLLM flavour this test means to run";
+    const detail::Mode mode = pow2 ? detail::Mode::VllmPow2 : detail::Mode::Vllm;
+    for (int64_t m : {9, 13, 16}) {
+      const DecodeGrid g = decode_grid(m, (n + 15) / 16, kc, sms, rule, mode, true);
+      ASSERT_TRUE(g.nt == 2 && g.nw == 4 && !g.light) << "m" << m << ": nt " << g.nt << " nw " << g.nw;
+      ASSERT_GT(detail::act_ring_chunks(g.nt, g.nw, static_cast<int>(mode)), 0);
+      const auto x = random_activations(t, m, k, 1.0f, seed++);
+      const std::string what = label(Semantics::W4A4_VLLM, t, m, n, k) + "/ring";
+      const std::vector<uint16_t> y = run_gpu(w, Semantics::W4A4_VLLM, t, x, m, 0, rule);
+      check_y(w, t, m, y, reference(w, Semantics::W4A4_VLLM, t, x, m), what);
+      EXPECT_EQ(run_gpu(w, Semantics::W4A4_VLLM, t, x, m, 0, rule), y) << what << ": two calls differ";
+    }
+  }
+}
+
 // M > 16 on the fused path (forced): M <= 32 runs the decode kernel's 32-token tiles; above, on sm_90, the
 // wgmma kernel (rule 3, as the default above M = 32: 64-token tiles up to M = 64, 128 above, 4 consumer warpgroups at M =
 // 65-128; rules 4 and 5: 4 or 2 consumer warpgroups forced) and the decode kernel's 32-token tiles that other GPUs run (rule 2). Full and
