@@ -383,7 +383,8 @@ class CudaLinearImpl final : public CudaLinear {
     if (!after_quantizer && 5 * g.blocks < 4 * slots) p.programmatic = false;
     if (p.x_gs > 0.0f)  // the decode kernel quantizes the row itself: its warps' K ranges in shared memory
       p.dyn_smem = std::max<int>(p.dyn_smem, static_cast<int>(detail::row_quant_smem_bytes(kc_, g.wk)));
-    p.dyn_smem = std::max(p.dyn_smem, detail::act_ring_bytes(g.nt, g.nw, static_cast<int>(mode), g.wk));  // activation rings
+    // the vLLM flavour's four-tile 16-token kernels: their warps' activation rings
+    p.dyn_smem = std::max(p.dyn_smem, detail::act_ring_bytes(g.nt, g.nw, static_cast<int>(mode), g.wk));
     detail::launch_fused_gemm(p, act_, mode, g.nt, g.nw, g.light, stream);
   }
 

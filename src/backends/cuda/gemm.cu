@@ -83,7 +83,7 @@ struct Pipeline {
   static constexpr int kTiles = kOneTile || kLight ? 2 : kNT == 4 ? 1 : 4;  // chunk-tiles per stage
   static constexpr int kU = kTiles / kNW > 1 ? kTiles / kNW : 1;
   static constexpr bool kActInStage = kNT == 4 && kNW == 1;
-  static constexpr bool kActChunkAhead = (kOneTile || (kNT == 2 && kNW <= 2 && !kLight));
+  static constexpr bool kActChunkAhead = kOneTile || (kNT == 2 && kNW <= 2 && !kLight);
 };
 
 // Whether the decode kernel of kNW tiles per warp takes the power-of-two form's scale registers from a table in
@@ -144,11 +144,11 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, const uint2* pow
   // of the chunk, piece q (16 bytes) of row w at w·128 + (q ^ (w & 7))·16, so that both the copies (8 lanes per row,
   // 4 rows per instruction) and the reads (lane g, t: rows g and 8 + g, pieces 2t and 2t + 1) hit distinct banks.
   // Rows past M are zeros (copies of 0 source bytes).
-  const uint32_t ring = smem_addr(qbuf);
   int xoff = 0;       // the lane's copy source of chunk c0 in x (elements): row m0 + (lane >> 3), piece lane & 7
   int rows_left = 0;  // rows of x from the lane's first copy row on
   uint32_t ring_dst[2], ring_src[2];
   if constexpr (kRing > 0) {
+    const uint32_t ring = smem_addr(qbuf);
     const int q = lane & 7, w0 = lane >> 3;
     rows_left = static_cast<int>(min(p.m - m0 - w0, static_cast<int64_t>(16)));
     xoff = static_cast<int>(min(m0 + w0, p.m - 1) * p.k + c0 * 64 + 8 * q);
@@ -602,6 +602,9 @@ void launch_fused_gemm(const GemmParams& p, DType act, Mode mode, int nt, int nw
   NVFP4_CHECK(p.dyn_smem >= ring_bytes,
               "fused kernel: this kernel needs " + std::to_string(ring_bytes) +
                   " bytes of shared memory for its warps' activation rings, got " + std::to_string(p.dyn_smem));
+  NVFP4_CHECK(ring_bytes == 0 || p.m * p.k < (int64_t{1} << 31),
+              "fused kernel: the activation ring's 32-bit source offsets need M·K < 2^31, got M = " +
+                  std::to_string(p.m) + ", K = " + std::to_string(p.k));
   NVFP4_CHECK(!p.swiglu || p.n % 16 == 0, "fused kernel: the SwiGLU epilogue needs gate and up rows interleaved in "
                                            "blocks of 8 (N a multiple of 16), got N = " + std::to_string(p.n));
   NVFP4_CHECK(!(p.swiglu && p.residual), "fused kernel: one epilogue at a time (SwiGLU or the residual)");

@@ -316,7 +316,7 @@ TEST(CudaLinear, ActivationRingKernelWithinBoundAndDeterministic) {
   NVFP4_REQUIRE_GPU();
   int sms = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
-  const int64_t n = 16 * (8 * static_cast<int64_t>(sms) + 3) - 5, k = 1040, kc = 17;
+  const int64_t n = 16 * (8 * static_cast<int64_t>(sms) + 3) - 5, k = 1040, kc = (k + 63) / 64;
   const int rule = 11;
   uint32_t seed = 8100;
   for (DType t : {DType::BF16, DType::F16}) {
