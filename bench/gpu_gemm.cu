@@ -12,6 +12,7 @@
 //                   --shapes, after them; no Marlin column)
 //                   [--quantizer-rows] (W4A4 at M = 1: also a row with the quantizer kernel before the GEMM,
 //                   path "fused-qk", where the default has the decode kernel quantize the row itself)
+//                   [--semantics w4a16,w4a4,w4a4-vllm] (only these; default: all three)
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -135,6 +136,7 @@ int main(int argc, char** argv) {
   std::vector<Shape> custom;
   bool shapes_set = false;
   bool quant = true, quantizer_rows = false;
+  bool use_sem[3] = {true, true, true};  // W4A16, W4A4, W4A4_VLLM
   int reps = 50;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) {
@@ -166,6 +168,19 @@ int main(int argc, char** argv) {
         custom.push_back({n, k, {0, 0, 0, 0, 0}});
         c = *end ? end + 1 : end;
       }
+    } else if (!std::strcmp(argv[i], "--semantics") && i + 1 < argc) {
+      use_sem[0] = use_sem[1] = use_sem[2] = false;
+      for (const char* c = argv[++i]; *c;) {
+        const char* end = std::strchr(c, ',');
+        const std::string name = end ? std::string(c, end) : std::string(c);
+        Semantics sem{};
+        if (!semantics_from_name(name, &sem)) {
+          std::fprintf(stderr, "bench_gemm: --semantics wants w4a16, w4a4 or w4a4-vllm, got '%s'\n", name.c_str());
+          return 2;
+        }
+        use_sem[sem == Semantics::W4A16 ? 0 : sem == Semantics::W4A4 ? 1 : 2] = true;
+        c = end ? end + 1 : c + name.size();
+      }
     } else if (!std::strcmp(argv[i], "--no-quant")) {
       quant = false;
     } else if (!std::strcmp(argv[i], "--quantizer-rows")) {
@@ -177,7 +192,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr, "usage: bench_gemm [--quick] [--shapes 0,1,..] [--m 1,16,..] [--xover 32,..|none] [--grid-rules 0,1,2,3,4,5,6] "
                            "[--no-quant] [--no-programmatic] [--splits 1,2,..] [--tile-mb 16,32,..] [--custom NxK,..] "
-                           "[--quantizer-rows] [--reps N]\n");
+                           "[--quantizer-rows] [--semantics w4a16,w4a4,w4a4-vllm] [--reps N]\n");
       return 2;
     }
   }
@@ -258,7 +273,8 @@ int main(int argc, char** argv) {
     const Semantics sems[] = {Semantics::W4A16, Semantics::W4A4, Semantics::W4A4_VLLM};
     std::vector<std::vector<std::unique_ptr<cuda::CudaLinear>>> lin(3);
     for (int si2 = 0; si2 < 3; ++si2)
-      for (int r = 0; r < R; ++r) lin[si2].push_back(cuda::create_prepared(w, f, sems[si2], DType::BF16, 0));
+      for (int r = 0; r < R && use_sem[si2]; ++r)
+        lin[si2].push_back(cuda::create_prepared(w, f, sems[si2], DType::BF16, 0));
     int64_t mmax = 1;
     for (int64_t v : ms) mmax = std::max(mmax, v);
     for (int64_t v : xover) mmax = std::max(mmax, v);
@@ -310,6 +326,7 @@ int main(int argc, char** argv) {
       for (int64_t t : tile_mbs) variants.push_back({static_cast<int>(rules.front()), 0, static_cast<int>(t)});
       if (quantizer_rows && m == 1) variants.push_back({static_cast<int>(rules.front()), 0, 0, true});
       for (int sidx = 0; sidx < 3; ++sidx) {
+        if (!use_sem[sidx]) continue;
         const bool fused_path = cuda::uses_fused_kernel(*lin[sidx][0], m);
         bool printed = false;
         for (size_t vi = 0; vi < variants.size(); ++vi) {
@@ -364,6 +381,7 @@ int main(int argc, char** argv) {
     // Crossover scan (every semantics): fused kernel (first grid rule listed) vs dequantize + cuBLAS.
     for (int64_t m : xover)
       for (int sidx : {0, 1, 2}) {
+        if (!use_sem[sidx]) continue;
         double us_f, us_l, c1, c2;
         // fused kernel with the first grid rule listed (or the default)
         for (auto& l : lin[sidx]) cuda::set_fused_grid_rule(*l, static_cast<int>(rules.front()));
