@@ -237,8 +237,8 @@ class CudaLinearImpl final : public CudaLinear {
   void set_grid_rule(int r) { grid_rule_ = r; }
   // The grid rule in force (set_fused_grid_rule's, or the default).
   int grid_rule() const { return grid_rule_ < 0 ? kDefaultGridRule : grid_rule_; }
-  // The decode kernel's grid rule (M <= 32): rule 9 differs from 7 only above that.
-  int decode_rule() const { return grid_rule() == 9 ? 7 : grid_rule(); }
+  // The decode kernel's grid rule (M <= 32): rules 9 and 12 differ from 7 and 11 only above that.
+  int decode_rule() const { return grid_rule() == 9 ? 7 : grid_rule() == 12 ? 11 : grid_rule(); }
   void set_row_quant(int on) { row_quant_ = on; }
   // W4A4 at M = 1: whether the decode kernel quantizes the row itself (GemmParams::x_gs) instead of a quantizer
   // kernel before it (row_quant_pays).
@@ -389,11 +389,11 @@ class CudaLinearImpl final : public CudaLinear {
   }
 
   // M > 32 (rule 3, sm_90a): the activations permuted into the wgmma kernel's K order and token tiles, then that
-  // kernel; blocks of 256 or 128 rows (wgmma_grid; rule 9 forces 128, rules 4 and 5 256) and a K split
+  // kernel; blocks of 256, 192 or 128 rows (wgmma_grid; rule 9 forces 128, 12 192, rules 4 and 5 256) and a K split
   // (wgmma_split: over every row block, or over those of a last partial round only) where wgmma_time_us estimates
   // them faster.
   void wgmma(detail::GemmParams& p, detail::Mode mode, int rule, cudaStream_t stream) const {
-    const int forced_rows = rule == 9 ? 128 : rule == 4 || rule == 5 ? 256 : 0;
+    const int forced_rows = rule == 9 ? 128 : rule == 12 ? 192 : rule == 4 || rule == 5 ? 256 : 0;
     WgmmaGrid grid = forced_rows ? WgmmaGrid{forced_rows, wgmma_split(p.m, n_, n16_, kc_, sms_, forced_rows)}
                                  : wgmma_grid(p.m, n_, n16_, kc_, sms_);
     if (forced_splits_ > 0)
@@ -679,7 +679,7 @@ int wgmma_tile_tokens(int64_t m) { return m <= 64 ? 64 : 128; }
 // other two, once the producer work was spread over four warps and the A fragments double-buffered (docs/PERF.md,
 // change 28); with 128-token tiles above M = 128 the 2-warpgroup kernel keeps two A buffers, the 4 cannot.
 int wgmma_consumers(int64_t m, int rule, int rows) {
-  return rows == 128 ? 2 : rule == 4 ? 4 : rule == 5 ? 2 : m <= 128 ? 4 : 2;
+  return rows == 128 ? 2 : rows == 192 ? 3 : rule == 4 ? 4 : rule == 5 ? 2 : m <= 128 ? 4 : 2;
 }
 
 namespace {
@@ -706,11 +706,15 @@ int64_t makespan_chunks(int64_t a, int64_t la, int64_t b, int64_t lb, int sms) {
   return end;
 }
 
-// µs per K chunk of a round of blocks of kt tokens and `rows` weight rows. Blocks of 128 rows: 0.55x the 256-row
-// block's time per chunk (fitted to 38 bench rows at M = 64-2048, both sizes measured in one run; the long grids
-// alone give 0.55-0.64 at 128 tokens, 0.5 at 64; change 68).
-double wgmma_chunk_us(int kt, int rows) { return (kt == 64 ? 0.55 : 0.74) * (rows == 128 ? 0.55 : 1.0); }
+// µs per K chunk of a round of blocks of kt tokens and `rows` weight rows.
+double wgmma_chunk_us(int kt, int rows) { return (kt == 64 ? 0.55 : 0.74) * wgmma_rows_factor(rows); }
 }  // namespace
+
+// Blocks of 128 rows: 0.55x the 256-row block's time per chunk (fitted to 38 bench rows at M = 64-2048, both sizes
+// measured in one run; the long grids alone give 0.55-0.64 at 128 tokens, 0.5 at 64; change 68). Blocks of 192
+// rows: 0.77x (the median of 15 unsplit grids at M = 256-1024 on five bench layers, 0.67-0.83, both sizes measured
+// in one call; change 84).
+double wgmma_rows_factor(int rows) { return rows == 128 ? 0.55 : rows == 192 ? 0.77 : 1.0; }
 
 double wgmma_time_us(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms, WgmmaSplit split, int rows) {
   // µs per K chunk of a round of blocks (one per SM), H200, 2026-11-30, after change 27: 57344x8192 unsplit at
@@ -758,13 +762,19 @@ WgmmaGrid wgmma_grid(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms) {
   const WgmmaGrid g256{256, wgmma_split(m, n, n16, kc, sms, 256)}, g128{128, wgmma_split(m, n, n16, kc, sms, 128)};
   const double t256 = wgmma_time_us(m, n, n16, kc, sms, g256.split, 256);
   const double t128 = wgmma_time_us(m, n, n16, kc, sms, g128.split, 128);
-  return t128 < t256 ? g128 : g256;
+  const WgmmaGrid& best = t128 < t256 ? g128 : g256;
+  // Blocks of 192 rows only where their estimate is at least 5% below: their chunk time spreads 0.67-0.83x
+  // around the fitted 0.77, and near ties measured either way (change 84).
+  const WgmmaGrid g192{192, wgmma_split(m, n, n16, kc, sms, 192)};
+  const double t192 = wgmma_time_us(m, n, n16, kc, sms, g192.split, 192);
+  return t192 < 0.95 * std::min(t256, t128) ? g192 : best;
 }
 
 double wgmma_round_fill(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms) {
   const WgmmaGrid g = wgmma_grid(m, n, n16, kc, sms);
-  const int64_t blocks = ceil_div(m, wgmma_tile_tokens(m)) * wgmma_row_blocks(n16, 256);
-  const double even = static_cast<double>(blocks * kc) / std::max(sms, 1) * wgmma_chunk_us(wgmma_tile_tokens(m), 256);
+  const int64_t blocks = ceil_div(m, wgmma_tile_tokens(m)) * wgmma_row_blocks(n16, g.rows);
+  const double even =
+      static_cast<double>(blocks * kc) / std::max(sms, 1) * wgmma_chunk_us(wgmma_tile_tokens(m), g.rows);
   return even / wgmma_time_us(m, n, n16, kc, sms, g.split, g.rows);
 }
 

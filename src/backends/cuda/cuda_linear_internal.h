@@ -33,7 +33,8 @@ void set_weight_tile_rows(CudaLinear& l, int rows);
 // warp, or of the light 16-token kernel in the exact-weight modes) split K half as much where that fills one
 // wave; 8: as 7 with the light kernels wherever they exist at M <= 16; 9: as 7 with the wgmma kernel's blocks of
 // 128 rows wherever it runs; 10: as 7 with the decode kernel's wide form (decode_grid) at M <= 8 where it
-// applies; 11 (the default): as 10, and the wide form of the light 16-token kernel at M = 9-16 (docs/PERF.md).
+// applies; 11 (the default): as 10, and the wide form of the light 16-token kernel at M = 9-16; 12: as 11 with the
+// wgmma kernel's blocks of 192 rows wherever it runs (docs/PERF.md).
 void set_fused_grid_rule(CudaLinear& l, int rule);
 // W4A4 at M = 1: the decode kernel quantizes the activation row itself where row_quant_pays (true, the default),
 // or a quantizer kernel runs before it as at other M (false; measurements, tests).
@@ -68,7 +69,8 @@ int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k, bool wgmma);
 int64_t default_full_round_max_m(Semantics s, int64_t n, int64_t k, bool wgmma);
 inline constexpr double kFullRoundFill = 0.95;
 // How fully the wgmma kernel's grid (wgmma_grid's) uses the SMs: the time of its work spread evenly over them
-// (256-row blocks, one chunk of a round each) over wgmma_time_us's estimate for that grid; 1 for whole rounds.
+// (its blocks' chunks at the chunk time of a round of its rows) over wgmma_time_us's estimate for that grid; 1
+// for whole rounds.
 double wgmma_round_fill(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms);
 // Whether M runs the fused kernels rather than the dequantize + cuBLAS path: M <= fused_max_m, or M <=
 // full_round_max_m where the wgmma grid fills its rounds (host rule, no device needed).
@@ -80,11 +82,12 @@ bool vllm_weights_pow2(const CudaLinear& l);
 // layer's crossovers: set_fused_max_m's, or the defaults).
 int64_t fused_max_m(const CudaLinear& l);
 bool uses_fused_kernel(const CudaLinear& l, int64_t m);
-// The wgmma kernel's grid (host rules, no device needed): token tile (64 for M <= 64, else 128), blocks of 256 or
-// 128 weight rows (one per SM) and K split. A split covers the row blocks from split_rb0 on (0: all; those before
-// it run whole), each over `splits` blocks of one K range. Estimated µs: the finish time of the blocks, each
+// The wgmma kernel's grid (host rules, no device needed): token tile (64 for M <= 64, else 128), blocks of 256, 192
+// or 128 weight rows (one per SM) and K split. A split covers the row blocks from split_rb0 on (0: all; those
+// before it run whole), each over `splits` blocks of one K range. Estimated µs: the finish time of the blocks, each
 // started in launch order on the first free SM, in chunks, x the measured time of one chunk of a round (0.55 /
-// 0.74 µs for 64 / 128 tokens, H200; 0.55x that for blocks of 128 rows), plus, when split, the split columns' f32
+// 0.74 µs for 64 / 128 tokens, H200; wgmma_rows_factor of that for blocks of 192 and 128 rows), plus, when split,
+// the split columns' f32
 // partial sums written and read
 // (8·splits·M·cols bytes) and y written, at 5 TB/s where the partial sums take at most kWgmmaL2PartialBytes
 // (they stay in L2) and 3 TB/s above, and the reduction's launch (2 µs). wgmma_split: the split
@@ -96,13 +99,17 @@ struct WgmmaSplit {
   int split_rb0 = 0;
 };
 int wgmma_tile_tokens(int64_t m);
-// Consumer warpgroups of the wgmma kernel for grid rule `rule` and blocks of `rows`: 128 rows 2 (one row block
-// each); 256 rows: rule 3 (the default) 4 at M <= 128, else 2; 4 and 5 force 4 and 2 (measurements and tests).
+// Consumer warpgroups of the wgmma kernel for grid rule `rule` and blocks of `rows`: 128 rows 2 and 192 rows 3 (one
+// row block each); 256 rows: rule 3 (the default) 4 at M <= 128, else 2; 4 and 5 force 4 and 2 (measurements and
+// tests).
 int wgmma_consumers(int64_t m, int rule, int rows = 256);
 double wgmma_time_us(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms, WgmmaSplit split, int rows = 256);
 WgmmaSplit wgmma_split(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms, int rows = 256);
+// The chunk time of a round of blocks of `rows` rows over that of 256-row blocks (measured; wgmma_chunk_us).
+double wgmma_rows_factor(int rows);
 // Rows per block and K split: blocks of 128 rows where the estimate with their best split is below 256-row
-// blocks' with theirs (twice the blocks, for grids that leave SMs idle), else 256; each with wgmma_split's split.
+// blocks' with theirs (twice the blocks, for grids that leave SMs idle), else 256; blocks of 192 rows (4/3 the
+// blocks) instead where their estimate is at least 5% below both; each with wgmma_split's split.
 struct WgmmaGrid {
   int rows = 256;
   WgmmaSplit split;

@@ -26,7 +26,7 @@ struct GemmParams {
   int dyn_smem = 0;                 // decode kernel: dynamic shared memory per block (unused; > 0 caps the
                                     // blocks resident per SM)
   int splits = 1;                   // wgmma kernel: blocks splitting K of each split row block
-  int wgmma_rows = 256;             // wgmma kernel: weight rows per block (256, or 128: twice the blocks)
+  int wgmma_rows = 256;             // wgmma kernel: weight rows per block (256; 192 or 128: 4/3 or twice the blocks)
   int split_rb0 = 0;                // wgmma kernel: first split row block (of wgmma_rows); those before it whole
   float* partial = nullptr;         // (splits, m, N - wgmma_rows·split_rb0) f32 when splits > 1
   float x_gs = 0.0f;                // > 0 (decode kernel, m = 1, one token tile, W4A4): x is the raw row, which
@@ -90,15 +90,14 @@ constexpr int fused_blocks_per_sm(int nt, int nw, bool light = false) {
 void launch_fused_gemm(const GemmParams& p, DType act, Mode mode, int nt, int nw, bool light, cudaStream_t stream);
 
 // Hopper GEMM for M > 32 (gemm_wgmma.cu, sm_90a; where wgmma_available: the device is sm_90 and runs this
-// binary's sm_90a code, asked once per device): blocks of p.wgmma_rows (256 or 128) weight rows x tile_tokens (64 or
-// 128) tokens; a
-// producer warpgroup streams each K chunk's codes, scales and activation tile into a shared-memory ring with bulk
-// copies, two or four consumer warpgroups dequantize (as the decode kernel) and multiply with wgmma, the dequantized
-// weights as the register A operand. p.x: the activations as launch_permute_activations writes them
-// (wgmma_x_bytes(m, kc, tile_tokens) bytes: permuted into the MMA column order, in token tiles, zero past M
-// and K). Row blocks from p.split_rb0 on are split over p.splits blocks along K (p.partial holds their f32 sums
-// of columns wgmma_rows·split_rb0 .. N - 1 and a second kernel adds them in order); 0: all of them; p.splits = 1:
-// none.
+// binary's sm_90a code, asked once per device): blocks of p.wgmma_rows (256, 192 or 128) weight rows x tile_tokens
+// (64 or 128) tokens; a producer warpgroup streams each K chunk's codes, scales and activation tile into a
+// shared-memory ring with bulk copies, two to four consumer warpgroups dequantize (as the decode kernel) and
+// multiply with wgmma, the dequantized weights as the register A operand. p.x: the activations as
+// launch_permute_activations writes them (wgmma_x_bytes(m, kc, tile_tokens) bytes: permuted into the MMA column
+// order, in token tiles, zero past M and K). Row blocks from p.split_rb0 on are split over p.splits blocks along K
+// (p.partial holds their f32 sums of columns wgmma_rows·split_rb0 .. N - 1 and a second kernel adds them in
+// order); 0: all of them; p.splits = 1: none.
 bool wgmma_available(int device);
 // Whether a K split from row block split_rb0 (blocks of `rows` weight rows) starts inside a layer of n rows
 // (splits == 1: no split, always): the one rule the host's forcing, its per-call choice and the launcher check.
@@ -111,7 +110,7 @@ inline int64_t wgmma_x_bytes(int64_t m, int kc, int tile_tokens) {
 void launch_permute_activations(const void* x, DType act, int64_t m, int k, int kc, int tile_tokens, void* out,
                                 bool programmatic, cudaStream_t stream);
 // consumers: 2 consumer warpgroups of two row blocks each, or 4 of one (more warps dequantizing at once); blocks
-// of 128 rows: 2 of one.
+// of 192 rows: 3 of one; of 128 rows: 2 of one.
 void launch_wgmma_gemm(const GemmParams& p, DType act, Mode mode, int tile_tokens, int consumers,
                        cudaStream_t stream);
 

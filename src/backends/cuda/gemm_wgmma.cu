@@ -7,21 +7,21 @@
 // that order (launch_permute_activations) and tiled, so that the B operand of step s is the 32 bytes at 32s of
 // each 128-byte token row (128-byte swizzle, the layout wgmma's descriptor reads).
 //
-// Block: 1 + kCW warpgroups and kRows (256 or 128) weight rows. Warpgroup 0 (the producer) streams K chunks into a
-// kStages-deep shared-memory ring with bulk copies, one mbarrier per stage counting the bytes in: per chunk the
-// codes (2 KB) and scales (256 bytes) of the block's four (or two) 64-row blocks (stored tile groups of
-// weight_layout.h, each contiguous per chunk) and
-// the activation tile (kT token rows x 128 bytes). One thread of producer warp b issues row block b's copies (warp
-// 0 also the activation tile's), so four warps issue in parallel: one thread issuing all nine copies of a chunk
-// took about as long as the consumers' chunk at M <= 64 (docs/PERF.md, change 26). The kCW (2 or 4) others are the
-// consumers, each owning 4 / kCW of the row blocks: they wait for a stage, dequantize their weights into A
-// fragments and issue the chunk's MMAs in two halves (K steps 0-1, then 2-3), and release the stage (a second
-// mbarrier per stage, one arrival per consumer warp) once those MMAs are done, which they wait for only after
-// issuing the next chunk's (two A buffers; one where the registers do not hold two). The warpgroups keep no
-// common pace: while one dequantizes, another's MMAs can run, and the producer warps refill a stage as soon as all
-// consumers have released it.
-// Blocks of 128 rows (two consumer warpgroups of one row block each) double the blocks of a layer: for grids whose
-// 256-row blocks leave SMs idle or need a deep K split (the host's wgmma_grid).
+// Block: 1 + kCW warpgroups and kRows (256, 192 or 128) weight rows. Warpgroup 0 (the producer) streams K chunks
+// into a kStages-deep shared-memory ring with bulk copies, one mbarrier per stage counting the bytes in: per chunk
+// the codes (2 KB) and scales (256 bytes) of the block's kRows / 64 row blocks of 64 rows (stored tile groups of
+// weight_layout.h, each contiguous per chunk) and the activation tile (kT token rows x 128 bytes). One thread of
+// producer warp b issues row block b's copies (warp 0 also the activation tile's), so the warps issue in parallel:
+// one thread issuing all nine copies of a chunk took about as long as the consumers' chunk at M <= 64
+// (docs/PERF.md, change 26). The kCW (2, 3 or 4) others are the consumers, each owning kRows / 64 / kCW of the row
+// blocks: they wait for a stage, dequantize their weights into A fragments and issue the chunk's MMAs in two
+// halves (K steps 0-1, then 2-3), and release the stage (a second mbarrier per stage, one arrival per consumer
+// warp) once those MMAs are done, which they wait for only after issuing the next chunk's (two A buffers; one
+// where the registers do not hold two). The warpgroups keep no common pace: while one dequantizes, another's MMAs
+// can run, and the producer warps refill a stage as soon as all consumers have released it.
+// Blocks of 128 rows (two consumer warpgroups of one row block each) double the blocks of a layer, and blocks of
+// 192 (three) take 4/3 of them: for grids whose 256-row blocks leave SMs idle in their last round or need a deep K
+// split (the host's wgmma_grid picks by its time estimate).
 // Grid: x = token blocks of kT (fastest: blocks reading the same weights run together), y = blocks of kRows rows:
 // first the whole row blocks 0 .. split_rb0 - 1, then splits x the row blocks from split_rb0 on, each split taking
 // one K range (f32 partial sums, added in order by a second kernel: deterministic). Splitting only the row
@@ -42,16 +42,22 @@ namespace {
 constexpr int kStages = 6;
 constexpr int kCodeBytes = kTileGroup * 32 * 16;   // one row block's codes of one chunk
 constexpr int kScaleBytes = kTileGroup * 32 * 2;   // and its scales
-// kCW consumer warpgroups (2: two row blocks each; 4: one each) and the producer warpgroup.
+// kCW consumer warpgroups (2: two row blocks each, or one each in blocks of 128 rows; 3 and 4: one each) and the
+// producer warpgroup.
 constexpr int threads(int cw) { return 128 * (cw + 1); }
 // Registers per thread after the start: the block keeps what it launched with (65536 / threads, rounded down
 // to 8), the producer gives some back and the consumers take them. 2 consumers: launched with 168 each (384
-// threads), then 40 for the producer and 232 for the consumers (128·40 + 256·232 = 384·168); 4 consumers: 96
-// (640 threads), then 24 and 112 (128·24 + 512·112 <= 640·96).
+// threads), then 40 for the producer and 232 for the consumers (128·40 + 256·232 = 384·168); 3 consumers: 128
+// (512 threads), then 24 and 160 (128·24 + 384·160 <= 512·128); 4 consumers: 96 (640 threads), then 24 and 112
+// (128·24 + 512·112 <= 640·96).
+constexpr int launch_regs(int cw) { return 65536 / threads(cw) / 8 * 8; }
 constexpr int producer_regs(int cw) { return cw == 2 ? 40 : 24; }
-constexpr int consumer_regs(int cw) { return cw == 2 ? 232 : 112; }
-static_assert(128 * producer_regs(2) + 256 * consumer_regs(2) <= 384 * 168 &&
-                  128 * producer_regs(4) + 512 * consumer_regs(4) <= 640 * 96,
+constexpr int consumer_regs(int cw) { return cw == 2 ? 232 : cw == 3 ? 160 : 112; }
+constexpr bool regs_fit(int cw) {
+  return 128 * producer_regs(cw) + 128 * cw * consumer_regs(cw) <= threads(cw) * launch_regs(cw);
+}
+static_assert(launch_regs(2) == 168 && launch_regs(3) == 128 && launch_regs(4) == 96 && regs_fit(2) && regs_fit(3) &&
+                  regs_fit(4),
               "setmaxnreg budgets must fit the registers the block launched with");
 // One stage: the activation tile, then kRB row blocks' codes and scales, padded to 1024 bytes (each stage's
 // activation tile must stay 1024-byte aligned for the 128-byte swizzle).
@@ -116,7 +122,7 @@ template <typename T, int kMode, int kT, int kCW, int kRows>
 __global__ void __launch_bounds__(threads(kCW), 1) wgmma_gemm_kernel(const GemmParams p) {
 #ifdef NVFP4_WGMMA
   constexpr int kRB = kRows / 64;
-  static_assert((kRB == 4 || kRB == 2) && kRB % kCW == 0, "row blocks per block: 2 or 4, whole per consumer");
+  static_assert(kRB >= 2 && kRB <= 4 && kRB % kCW == 0, "row blocks per block: 2, 3 or 4, whole per consumer");
   constexpr int kThreads = threads(kCW), kB = kRB / kCW;
   constexpr int kStage = stage_bytes(kT, kRB), kXBytes = kT * 128, kAcc = kT / 2;
   extern __shared__ uint8_t smem_raw[];
@@ -397,6 +403,9 @@ void launch_tokens(const GemmParams& p, int tile_tokens, int consumers, cudaStre
   if (p.wgmma_rows == 128) {  // two consumer warpgroups of one row block each
     if (tile_tokens == 64) launch_typed<T, kMode, 64, 2, 128>(p, stream);
     else launch_typed<T, kMode, 128, 2, 128>(p, stream);
+  } else if (p.wgmma_rows == 192) {  // three of one row block each
+    if (tile_tokens == 64) launch_typed<T, kMode, 64, 3, 192>(p, stream);
+    else launch_typed<T, kMode, 128, 3, 192>(p, stream);
   } else if (tile_tokens == 64) {
     if (consumers == 4) launch_typed<T, kMode, 64, 4, 256>(p, stream);
     else launch_typed<T, kMode, 64, 2, 256>(p, stream);
@@ -463,14 +472,15 @@ static void launch_splitk_reduce(const GemmParams& p, DType act, cudaStream_t st
 void launch_wgmma_gemm(const GemmParams& p, DType act, Mode mode, int tile_tokens, int consumers,
                        cudaStream_t stream) {
   NVFP4_CHECK(!p.custom_epilogue(), "wgmma gemm: no SwiGLU or residual epilogue (the decode kernel's only)");
-  NVFP4_CHECK(p.wgmma_rows == 256 || p.wgmma_rows == 128,
-              "wgmma gemm: blocks of " + std::to_string(p.wgmma_rows) + " rows, expected 128 or 256");
+  NVFP4_CHECK(p.wgmma_rows == 256 || p.wgmma_rows == 192 || p.wgmma_rows == 128,
+              "wgmma gemm: blocks of " + std::to_string(p.wgmma_rows) + " rows, expected 128, 192 or 256");
   NVFP4_CHECK(wgmma_split_inside(p.splits, p.split_rb0, p.wgmma_rows, p.n),
               "wgmma gemm: first split row block " + std::to_string(p.split_rb0) + " outside the " +
                   std::to_string(p.n) + " rows");
-  NVFP4_CHECK((tile_tokens == 64 || tile_tokens == 128) && (consumers == 2 || consumers == 4),
+  const bool consumers_fit = p.wgmma_rows == 192 ? consumers == 3 : consumers == 2 || consumers == 4;
+  NVFP4_CHECK((tile_tokens == 64 || tile_tokens == 128) && consumers_fit,
               "wgmma gemm: tile_tokens " + std::to_string(tile_tokens) + ", consumers " + std::to_string(consumers) +
-                  ", expected 64 or 128, and 2 or 4");
+                  ", expected 64 or 128, and 2 or 4 (3 for blocks of 192 rows)");
   if (act == DType::BF16) {
     if (mode == Mode::Exact) launch_tokens<__nv_bfloat16, 0>(p, tile_tokens, consumers, stream);
     else if (mode == Mode::Vllm) launch_tokens<__nv_bfloat16, 1>(p, tile_tokens, consumers, stream);

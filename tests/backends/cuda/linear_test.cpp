@@ -340,7 +340,8 @@ TEST(CudaLinear, ActivationRingKernelWithinBoundAndDeterministic) {
 
 // M > 16 on the fused path (forced): M <= 32 runs the decode kernel's 32-token tiles; above, on sm_90, the
 // wgmma kernel (rule 3, as the default above M = 32: 64-token tiles up to M = 64, 128 above, 4 consumer warpgroups at M =
-// 65-128; rules 4 and 5: 4 or 2 consumer warpgroups forced) and the decode kernel's 32-token tiles that other GPUs run (rule 2). Full and
+// 65-128; rules 4 and 5: 4 or 2 consumer warpgroups forced; rules 9 and 12: blocks of 128 and 192 rows) and the decode
+// kernel's 32-token tiles that other GPUs run (rule 2). Full and
 // partial 64-token blocks, row blocks past the weight (40 rows: one stored tile group of four), K not a
 // multiple of 64 (208: the permuted activations are zero-padded), fewer chunks than ring stages (64, 192),
 // K splits (4100x1024 and 1100x4096 launch few blocks), fp16 too; bit-identical on a second call.
@@ -356,7 +357,7 @@ TEST(CudaLinear, MidMKernelWithinDerivedBoundAndDeterministic) {
       for (int64_t m : {17, 32, 33, 64, 65, 130}) {
         const auto x = random_activations(t, m, sh[1], 1.0f, seed++);
         const Reference ref = reference(w, s, t, x, m);
-        for (int rule : {3, 4, 5, 9, 2}) {
+        for (int rule : {3, 4, 5, 9, 12, 2}) {
           const std::string what = label(s, t, m, sh[0], sh[1]) + "/grid" + std::to_string(rule);
           const std::vector<uint16_t> y = run_gpu(w, s, t, x, m, 0, rule, 1 << 30);
           check_y(w, t, m, y, ref, what);
@@ -370,8 +371,9 @@ TEST(CudaLinear, MidMKernelWithinDerivedBoundAndDeterministic) {
 }
 
 // The wgmma kernel at large M, forced on the fused path: many 128-token tiles with a
-// partial last one, a row block past the weight (300 rows: the second block has one live row block of four),
-// K not a multiple of 64, fp16 too, 2 and 4 consumer warpgroups; bit-identical on a second call.
+// partial last one, a row block past the weight (300 rows: the second block has one live row block of four, or two
+// of three in blocks of 192 rows), K not a multiple of 64, fp16 too, 2, 3 and 4 consumer warpgroups; bit-identical
+// on a second call.
 TEST(CudaLinear, WgmmaKernelAtLargeM) {
   NVFP4_REQUIRE_GPU();
   const int64_t shapes[][2] = {{520, 1024}, {300, 208}};
@@ -384,8 +386,8 @@ TEST(CudaLinear, WgmmaKernelAtLargeM) {
       for (int64_t m : {257, 1000}) {
         const auto x = random_activations(t, m, sh[1], 1.0f, seed++);
         const Reference ref = reference(w, s, t, x, m);
-        // default (2 consumer warpgroups above M = 128), 4 consumer warpgroups, blocks of 128 rows
-        for (int rule : {-1, 4, 9}) {
+        // default (2 consumer warpgroups above M = 128), 4 consumer warpgroups, blocks of 128 and 192 rows
+        for (int rule : {-1, 4, 9, 12}) {
           const std::string what = label(s, t, m, sh[0], sh[1]) + "/grid" + std::to_string(rule);
           const std::vector<uint16_t> y = run_gpu(w, s, t, x, m, 0, rule, 1 << 30);
           check_y(w, t, m, y, ref, what);
@@ -411,7 +413,7 @@ TEST(CudaLinear, WgmmaSplitBlocksWithinBoundAndDeterministic) {
     for (int64_t m : {50, 200}) {
       const auto x = random_activations(t, m, k, 1.0f, seed++);
       const Reference ref = reference(w, s, t, x, m);
-      for (int rule : {-1, 9})  // blocks of 256 rows, and of 128 (the split block indices count those)
+      for (int rule : {-1, 9, 12})  // blocks of 256 rows, of 128 and of 192 (the split block indices count those)
         for (const auto& sp : splits) {
           const std::string what = label(s, t, m, n, k) + "/grid" + std::to_string(rule) + "/splits" +
                                    std::to_string(sp[0]) + "from" + std::to_string(sp[1]);
