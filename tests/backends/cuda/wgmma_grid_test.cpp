@@ -7,6 +7,7 @@
 
 #include "backends/cuda/cuda_linear_internal.h"
 #include "backends/cuda/gemm.cuh"
+#include "common/error.h"
 
 namespace nvfp4::cuda {
 namespace {
@@ -136,6 +137,31 @@ TEST(CudaWgmmaGrid, RowsPerBlockFollowTheTimeEstimate) {
   // blocks, 28 rounds (27.2 of work), 3584 x 0.407 = 1458.7 unsplit: blocks of 256 rows.
   EXPECT_NEAR(wgmma_time_us(1024, 57344, 57344 / 16, 8192 / 64, 132, {1, 0}, 128), 3584 * 0.74 * 0.55, 0.01);
   EXPECT_EQ(wgmma_grid(1024, 57344, 57344 / 16, 8192 / 64, 132).rows, 256);
+}
+
+// The launcher refuses block shapes it has no kernel for, with its own message, before touching the device (no
+// GPU needed; a refusal from the CUDA runtime instead would carry another message): rows other than 128, 192 and
+// 256, a consumer count that does not fit the rows (192 rows: three warpgroups; 128 and 256: two or four), a token
+// tile other than 64 and 128.
+TEST(CudaWgmmaGrid, LauncherRefusesBlockShapesItHasNoKernelFor) {
+  auto refusal = [](int rows, int tile_tokens, int consumers) -> std::string {
+    detail::GemmParams p;
+    p.wgmma_rows = rows;
+    try {
+      detail::launch_wgmma_gemm(p, DType::BF16, detail::Mode::Exact, tile_tokens, consumers, nullptr);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "(not refused)";
+  };
+  const int bad[][3] = {{100, 128, 2}, {320, 128, 4}, {192, 128, 2}, {192, 64, 4},
+                        {256, 128, 3}, {128, 64, 3},  {192, 96, 3}};
+  for (const auto& b : bad) {
+    const std::string msg = refusal(b[0], b[1], b[2]);
+    EXPECT_NE(msg.find("wgmma gemm:"), std::string::npos)
+        << "rows " << b[0] << " tokens " << b[1] << " consumers " << b[2] << ": " << msg;
+  }
+  EXPECT_NE(refusal(192, 128, 2).find("3 for blocks of 192 rows"), std::string::npos);
 }
 
 // Blocks of 192 rows (0.77 x the chunk time: 0.5698 µs for 128 tokens) where their estimate is at least 5% below
