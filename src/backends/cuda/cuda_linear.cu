@@ -687,23 +687,27 @@ namespace {
 int64_t wgmma_row_blocks(int64_t n16, int rows) { return ceil_div(stored_tiles(n16) / kTileGroup, rows / 64); }
 
 // Finish time, in chunks, of `a` blocks of `la` chunks followed by `b` blocks of `lb` chunks, each block started
-// in launch order on the SM that is free first (one block per SM).
+// in launch order on the SM that is free first (one block per SM). The `a` blocks leave sms - r SMs free at q·la
+// and r at (q + 1)·la (q, r: a / sms, a % sms); each SM then starts a `b` block every lb chunks, so the `b` blocks'
+// start times are the smallest b of those two lattices, and the last one is found by bisection over time: a few
+// arithmetic steps per estimate instead of a step per SM group and round (the host runs this per call, for each
+// candidate grid and split).
 int64_t makespan_chunks(int64_t a, int64_t la, int64_t b, int64_t lb, int sms) {
   if (a == 0 || b == 0) return a == 0 ? ceil_div(b, sms) * lb : ceil_div(a, sms) * la;  // one kind: in rounds
-  std::map<int64_t, int64_t> free_at;  // time -> SMs free from then on
   const int64_t q = a / sms, r = a % sms;
-  free_at[q * la] += sms - r;
-  if (r) free_at[(q + 1) * la] += r;
-  int64_t end = r ? (q + 1) * la : q * la;
-  while (b > 0) {
-    const auto [t, c] = *free_at.begin();
-    free_at.erase(free_at.begin());
-    const int64_t k = std::min(b, c);
-    b -= k;
-    free_at[t + lb] += k;
-    end = std::max(end, t + lb);
+  const int64_t t1 = q * la, c1 = sms - r, t2 = t1 + la, c2 = r;  // SMs free at t1, and at t2 (c1 >= 1)
+  auto started_by = [&](int64_t t) {  // `b` blocks started at or before t (t >= t1)
+    return c1 * ((t - t1) / lb + 1) + (t >= t2 ? c2 * ((t - t2) / lb + 1) : 0);
+  };
+  int64_t lo = t1, hi = t1 + (ceil_div(b, c1) - 1) * lb;  // by hi the first SMs alone have started b
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (started_by(mid) >= b)
+      hi = mid;
+    else
+      lo = mid + 1;
   }
-  return end;
+  return std::max(r ? t2 : t1, lo + lb);  // the last `b` block starts at lo
 }
 
 // µs per K chunk of a round of blocks of kt tokens and `rows` weight rows.
