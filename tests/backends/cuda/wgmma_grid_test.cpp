@@ -141,8 +141,8 @@ TEST(CudaWgmmaGrid, RowsPerBlockFollowTheTimeEstimate) {
 
 // The launcher refuses block shapes it has no kernel for, with its own message, before touching the device (no
 // GPU needed; a refusal from the CUDA runtime instead would carry another message): rows other than 128, 192 and
-// 256, a consumer count that does not fit the rows (192 rows: three warpgroups; 128 and 256: two or four), a token
-// tile other than 64 and 128.
+// 256, a consumer count that does not fit the rows (192 and 128 rows: three and two warpgroups; 256: two or four),
+// a token tile other than 64 and 128.
 TEST(CudaWgmmaGrid, LauncherRefusesBlockShapesItHasNoKernelFor) {
   auto refusal = [](int rows, int tile_tokens, int consumers) -> std::string {
     detail::GemmParams p;
@@ -154,14 +154,14 @@ TEST(CudaWgmmaGrid, LauncherRefusesBlockShapesItHasNoKernelFor) {
     }
     return "(not refused)";
   };
-  const int bad[][3] = {{100, 128, 2}, {320, 128, 4}, {192, 128, 2}, {192, 64, 4},
-                        {256, 128, 3}, {128, 64, 3},  {192, 96, 3}};
+  const int bad[][3] = {{100, 128, 2}, {320, 128, 4}, {192, 128, 2}, {192, 64, 4}, {256, 128, 3},
+                        {128, 64, 3},  {128, 128, 4}, {192, 96, 3}};
   for (const auto& b : bad) {
     const std::string msg = refusal(b[0], b[1], b[2]);
     EXPECT_NE(msg.find("wgmma gemm:"), std::string::npos)
         << "rows " << b[0] << " tokens " << b[1] << " consumers " << b[2] << ": " << msg;
   }
-  EXPECT_NE(refusal(192, 128, 2).find("3 for blocks of 192 rows"), std::string::npos);
+  EXPECT_NE(refusal(192, 128, 2).find("blocks of 192 and 128 rows: 3 and 2"), std::string::npos);
 }
 
 // Blocks of 192 rows (0.77 x the chunk time: 0.5698 µs for 128 tokens) where their estimate is at least 5% below
