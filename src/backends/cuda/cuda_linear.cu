@@ -97,7 +97,7 @@ struct PerStreamBuffer {
   std::mutex mu;
 };
 template <typename Tag>
-PerStreamBuffer* per_stream_buffer(int device, cudaStream_t stream, size_t bytes, const char* what, int fill = 0) {
+PerStreamBuffer* per_stream_buffer(int device, cudaStream_t stream, size_t bytes, const char* what) {
   static std::mutex mu;
   static std::map<std::pair<int, cudaStream_t>, PerStreamBuffer> spaces;  // nodes never move
   std::lock_guard<std::mutex> lock(mu);
@@ -107,7 +107,6 @@ PerStreamBuffer* per_stream_buffer(int device, cudaStream_t stream, size_t bytes
     check_cuda(cudaStreamIsCapturing(stream, &st), "cudaStreamIsCapturing");
     if (st != cudaStreamCaptureStatusNone) return nullptr;
     check_cuda(cudaMalloc(&b.p, bytes), what);
-    check_cuda(cudaMemset(b.p, fill, bytes), what);  // every byte `fill`: the state a kind keeps between calls
   }
   return &b;
 }
@@ -135,16 +134,6 @@ constexpr size_t kDecodeActBytes = 4u << 20;  // 32 rows of K <= 65536
 struct DecodeActTag {};
 PerStreamBuffer* decode_act_buffer(int device, cudaStream_t stream) {
   return per_stream_buffer<DecodeActTag>(device, stream, kDecodeActBytes, "cudaMalloc (decode activation buffer)");
-}
-
-// The stream form's slots (gemm.cuh): one buffer per (device, stream), every slot empty between calls (each call's
-// owners empty those they read). Null while capturing before the first call on the stream: such a call runs the
-// decode kernel instead.
-struct StreamWorkTag {};
-PerStreamBuffer* stream_work_buffer(int device, cudaStream_t stream) {
-  static_assert(detail::kStreamEmpty == 0xFFFFFFFFu, "the buffer is filled with 0xFF bytes");
-  return per_stream_buffer<StreamWorkTag>(device, stream, detail::stream_work_bytes(),
-                                          "cudaMalloc (stream kernel workspace)", 0xFF);
 }
 
 // cuBLAS handle, one per device for the whole process (a model has hundreds of layers; each handle holds
@@ -249,10 +238,7 @@ class CudaLinearImpl final : public CudaLinear {
   // The grid rule in force (set_fused_grid_rule's, or the default).
   int grid_rule() const { return grid_rule_ < 0 ? kDefaultGridRule : grid_rule_; }
   // The decode kernel's grid rule (M <= 32): rules 9 and 12 differ from 7 and 11 only above that.
-  int decode_rule() const {
-    const int r = grid_rule();
-    return r == 9 ? 7 : r >= 12 ? 11 : r;
-  }
+  int decode_rule() const { return grid_rule() == 9 ? 7 : grid_rule() == 12 ? 11 : grid_rule(); }
   void set_row_quant(int on) { row_quant_ = on; }
   // W4A4 at M = 1: whether the decode kernel quantizes the row itself (GemmParams::x_gs) instead of a quantizer
   // kernel before it (row_quant_pays).
@@ -304,19 +290,6 @@ class CudaLinearImpl final : public CudaLinear {
  private:
   // The M > 32 calls that the fused path runs on the wgmma kernel (grid rules 3 and up, sm_90a).
   bool wgmma_at(int64_t m) const { return m > 32 && grid_rule() >= 3 && wgmma_; }
-
- public:
-  // Whether a fused call of m rows in weight mode `mode` takes the decode kernel's stream form (rule 13, sm_90a;
-  // launch_stream_gemm's conditions), given whether it computes an epilogue and quantizes the row itself.
-  bool stream_form(int64_t m, detail::Mode mode, bool epilogue, bool row_quant) const {
-    return (grid_rule() == 13 || grid_rule() == 14) && wgmma_ && mode == detail::Mode::Exact && !epilogue && !row_quant &&
-           detail::stream_form_fits(m, n16_, kc_);
-  }
-  bool stream_form_at(int64_t m) const {
-    return uses_fused(m) && stream_form(m, weight_mode(), false, sem_ != Semantics::W4A16 && row_quant(m));
-  }
-
- private:
 
   void run_impl(const void* x, int64_t m, void* y, void* stream_v, Epilogue e) const {
     NVFP4_CHECK(m >= 0, "cuda linear: negative M " + std::to_string(m));
@@ -394,18 +367,6 @@ class CudaLinearImpl final : public CudaLinear {
   void fused(detail::GemmParams& p, detail::Mode mode, bool after_quantizer, cudaStream_t stream) const {
     const int rule = grid_rule();
     if (wgmma_at(p.m)) return wgmma(p, mode, rule, stream);
-    if (stream_form(p.m, mode, p.custom_epilogue(), p.x_gs > 0.0f)) {
-      p.stream_tiles = grid_rule() == 14 ? 2 : 4;
-      const int per_sm = detail::stream_blocks_per_sm(device_, p.stream_tiles);
-      PerStreamBuffer* work = per_sm > 0 ? stream_work_buffer(device_, stream) : nullptr;
-      if (work) {
-        const int64_t chunks = stored_tiles(n16_) / kTileGroup * kc_;
-        p.partial = static_cast<float*>(work->p);
-        p.stream_blocks = static_cast<int>(
-            std::min<int64_t>({static_cast<int64_t>(per_sm) * sms_, chunks, detail::kStreamMaxBlocks}));
-        return detail::launch_stream_gemm(p, act_, mode, stream);
-      }
-    }
     const DecodeGrid g = decode_grid(p.m, n16_, kc_, sms_, decode_rule(), mode, k_ % 64 != 0);
     p.wk = g.wk;
     // Programmatic launch only for grids of >= 80% of a wave, or behind the quantizer: the blocks scheduled
@@ -544,9 +505,6 @@ void set_fused_max_m(CudaLinear& l, int64_t fused_max_m) {
 }
 
 void set_fused_grid_rule(CudaLinear& l, int rule) { dynamic_cast<CudaLinearImpl&>(l).set_grid_rule(rule); }
-bool stream_form_active(const CudaLinear& l, int64_t m) {
-  return dynamic_cast<const CudaLinearImpl&>(l).stream_form_at(m);
-}
 void set_row_quant(CudaLinear& l, bool on) { dynamic_cast<CudaLinearImpl&>(l).set_row_quant(on ? -1 : 0); }
 bool row_quant_active(const CudaLinear& l, int64_t m) {
   const auto& c = dynamic_cast<const CudaLinearImpl&>(l);

@@ -34,13 +34,8 @@ void set_weight_tile_rows(CudaLinear& l, int rows);
 // wave; 8: as 7 with the light kernels wherever they exist at M <= 16; 9: as 7 with the wgmma kernel's blocks of
 // 128 rows wherever it runs; 10: as 7 with the decode kernel's wide form (decode_grid) at M <= 8 where it
 // applies; 11 (the default): as 10, and the wide form of the light 16-token kernel at M = 9-16; 12: as 11 with the
-// wgmma kernel's blocks of 192 rows wherever it runs; 13: as 11 with the decode kernel's stream form
-// (launch_stream_gemm) at M <= 8 where it applies (sm_90a, exact weight mode, no epilogue form, no row quantization),
-// four tiles per consumer warp; 14: as 13 with two tiles per consumer warp (docs/PERF.md).
+// wgmma kernel's blocks of 192 rows wherever it runs (docs/PERF.md).
 void set_fused_grid_rule(CudaLinear& l, int rule);
-// Whether a call of m rows runs the decode kernel's stream form (rule 13; a call made while a CUDA graph is being
-// captured on a stream that has no stream-form workspace yet runs the decode kernel instead).
-bool stream_form_active(const CudaLinear& l, int64_t m);
 // W4A4 at M = 1: the decode kernel quantizes the activation row itself where row_quant_pays (true, the default),
 // or a quantizer kernel runs before it as at other M (false; measurements, tests).
 void set_row_quant(CudaLinear& l, bool on);

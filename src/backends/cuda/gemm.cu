@@ -22,6 +22,32 @@
 namespace nvfp4::cuda::detail {
 namespace {
 
+// MMA steps [kS0, kS0 + 2) of one K chunk: weight tiles wv (scale registers ws2 / wsx from scale_regs) times
+// the activation fragments xh of kNT token tiles (xh[j]: the lane's 8 activations of those two steps, words
+// 2s' and 2s'+1 for step kS0 + s').
+template <typename T, int kMode, int kNT, int kNW, int kS0>
+__device__ __forceinline__ void chunk_half(const uint4 (&wv)[kNW], const uint32_t (&ws2)[kNW][2],
+                                           const uint32_t (&wsx)[kNW][2], const uint4 (&xh)[kNT],
+                                           float (&acc)[kNW][kNT][4]) {
+#pragma unroll
+  for (int s = kS0; s < kS0 + 2; ++s) {
+    uint32_t b[kNT][2];
+#pragma unroll
+    for (int j = 0; j < kNT; ++j) {
+      b[j][0] = s == kS0 ? xh[j].x : xh[j].z;
+      b[j][1] = s == kS0 ? xh[j].y : xh[j].w;
+    }
+#pragma unroll
+    for (int i = 0; i < kNW; ++i) {
+      const uint32_t q = s == 0 ? wv[i].x : s == 1 ? wv[i].y : s == 2 ? wv[i].z : wv[i].w;
+      uint32_t a[4];
+      dequant_step<T, kMode>(q, ws2[i], wsx[i], a);
+#pragma unroll
+      for (int j = 0; j < kNT; ++j) mma16816<T>(acc[i][j], a, b[j][0], b[j][1]);
+    }
+  }
+}
+
 // B fragments from each lane's own 16 consecutive K values (16t .. 16t+15): words 2s and 2s+1 are K = 16t + 4s
 // + {0,1} and {2,3}, the columns 2t, 2t+1, 2t+8, 2t+9 of step s in weight_layout.h's mma_column_k.
 constexpr bool lane_holds_its_columns() {

@@ -28,10 +28,7 @@ struct GemmParams {
   int splits = 1;                   // wgmma kernel: blocks splitting K of each split row block
   int wgmma_rows = 256;             // wgmma kernel: weight rows per block (256; 192 or 128: 4/3 or twice the blocks)
   int split_rb0 = 0;                // wgmma kernel: first split row block (of wgmma_rows); those before it whole
-  float* partial = nullptr;         // (splits, m, N - wgmma_rows·split_rb0) f32 when splits > 1; the stream
-                                    // form: a slot of 512 f32 per block, kStreamEmpty between calls
-  int stream_blocks = 0;            // the stream form: blocks, each an equal share of the (group, chunk) stream
-  int stream_tiles = 4;             // the stream form: weight tiles per consumer warp (4: 8 warps, 2: 16 warps)
+  float* partial = nullptr;         // (splits, m, N - wgmma_rows·split_rb0) f32 when splits > 1
   float x_gs = 0.0f;                // > 0 (decode kernel, m = 1, one token tile, W4A4): x is the raw row, which
   float x_inv_gs = 0.0f;            // each warp quantizes and dequantizes itself over its own K range (global
                                     // scale x_gs, 1 / x_gs; the weight mode's flavour) into shared memory
@@ -91,34 +88,6 @@ constexpr int fused_blocks_per_sm(int nt, int nw, bool light = false) {
 // p.wk = kWideWarps (has_wide_form, kc >= kWideWarps): the wide form, blocks of 12 warps on one tile each, the K
 // chunks spread over them as evenly as they divide (2 blocks per SM).
 void launch_fused_gemm(const GemmParams& p, DType act, Mode mode, int nt, int nw, bool light, cudaStream_t stream);
-
-// The decode kernel's stream form (gemm_stream.cu, sm_90a; where wgmma_available): M <= 8, the exact weight mode,
-// no epilogue form, no row quantization. The weights are one stream of (tile group, chunk) blocks in storage order
-// (weight_layout.h: a group's chunks are contiguous, and so are consecutive groups); each of p.stream_blocks blocks
-// takes an equal share of it (floor(b·F / B) .. floor((b + 1)·F / B) of F = groups·kc blocks). A producer warp copies
-// the share into a ring of kStreamStages stages with bulk copies, kStreamChunks chunks (2 KB of codes, 256 bytes of
-// scales each) per stage; each chunk's four tiles are dequantized and multiplied by one consumer warp
-// (p.stream_tiles 4: 8 consumer warps) or two (2: 16 warps of fewer registers). A group cut by share boundaries is finished by the share holding its first chunk (the owner; the group is at
-// the end of that share): each later share's part (a feeder, at the start of its share) leaves its sums in its slot
-// of p.partial, and the owner waits for them (each value replaces kStreamEmpty), adds them in share order
-// (deterministic), stores y and empties the slots. The owner's wait needs every block of the grid resident at once:
-// p.stream_blocks <= stream_blocks_per_sm x SMs. Calls sharing p.partial must be ordered (one stream).
-constexpr int kStreamChunks = 8;
-constexpr int kStreamStages = 4;
-constexpr int kStreamBlocksPerSm = 2;  // what the kernel is compiled for (registers); stream_blocks_per_sm: what fits
-constexpr int kStreamMaxBlocks = 1024;
-constexpr int64_t kStreamMaxGroups = 1 << 16;
-constexpr uint32_t kStreamEmpty = 0xFFFFFFFFu;  // a NaN that f32 arithmetic never produces (its NaN is 0x7FFFFFFF)
-constexpr size_t stream_work_bytes() { return static_cast<size_t>(kStreamMaxBlocks) * 512 * 4; }
-// Whether a layer's call can take the stream form (shape rules; the device must run sm_90a code as well).
-inline bool stream_form_fits(int64_t m, int64_t n16, int64_t kc) {
-  return m >= 1 && m <= 8 && kc >= kStreamChunks && (n16 + 3) / 4 <= kStreamMaxGroups &&
-         (n16 + 3) / 4 * kc <= (int64_t{1} << 26);  // stream positions in 32 bits
-}
-// Blocks of the stream form with nw tiles per warp resident per SM on the current device (sets the kernel's
-// shared-memory attributes; asked once per device); 0: it does not fit.
-int stream_blocks_per_sm(int device, int nw);
-void launch_stream_gemm(const GemmParams& p, DType act, Mode mode, cudaStream_t stream);
 
 // Hopper GEMM for M > 32 (gemm_wgmma.cu, sm_90a; where wgmma_available: the device is sm_90 and runs this
 // binary's sm_90a code, asked once per device): blocks of p.wgmma_rows (256, 192 or 128) weight rows x tile_tokens

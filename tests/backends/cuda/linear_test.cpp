@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -305,55 +304,6 @@ TEST(CudaLinear, WideDecodeFormWithinBoundAndDeterministic) {
       }
     }
   }
-}
-
-// The decode kernel's stream form (rules 13 and 14, sm_90a): a producer warp streams each block's equal share of the
-// (tile group, chunk) blocks, and a group cut by share boundaries is finished by the share holding its first chunk,
-// from the slots of the later shares. Shapes: 17000x1040 (266 groups of 17 chunks, the last chunk past K, the last
-// group 3 tiles and its last tile 8 rows: nearly every group cut, some in three, shares ending in the stage that
-// begins a group), 64x4096 (one group of 64 chunks: as many shares as chunks, one owner waiting for 63 feeders),
-// 3000x8192 in fp16, 4096x512 (8 chunks, one stage per group). W4A16 and W4A4 (at M = 1 with the quantizer kernel in
-// front, so the stream form runs), M = 1, 3, 8; within the bound and bit-identical on a second call, which also needs
-// the slots emptied by the first. The vLLM flavour and M > 8
-// do not take the form.
-TEST(CudaLinear, StreamFormWithinBoundAndDeterministic) {
-  NVFP4_REQUIRE_GPU();
-  if (!detail::wgmma_available(0)) {
-    std::printf("skipped: the stream form needs a device running sm_90a code\n");
-    return;
-  }
-  struct Case {
-    int64_t n, k;
-    DType t;
-  };
-  const Case cases[] = {{17000, 1040, DType::BF16}, {64, 4096, DType::BF16}, {3000, 8192, DType::F16},
-                        {4096, 512, DType::BF16}};
-  const auto no_row_quant = [](CudaLinear& l) { set_row_quant(l, false); };
-  uint32_t seed = 9100;
-  for (const Case& c : cases)
-    for (Semantics s : kAllSemantics) {
-      const LinearWeights w =
-          random_layer(c.n, c.k, scale_range(0x28, 0x5F), 2688.0f / 0.3f, true, 2688.0f / 7.0f, true, c.t, seed++);
-      for (int64_t m : {1, 3, 8})
-        for (int rule : {13, 14}) {  // four tiles per consumer warp, or two
-          auto lin = CudaLinear::create(w, s, c.t, 0);
-          set_fused_grid_rule(*lin, rule);
-          set_row_quant(*lin, false);
-          const bool exact = s != Semantics::W4A4_VLLM;
-          ASSERT_EQ(stream_form_active(*lin, m), exact) << label(s, c.t, m, c.n, c.k);
-          if (!exact) continue;
-          const auto x = random_activations(c.t, m, c.k, 1.0f, seed++);
-          const std::string what = label(s, c.t, m, c.n, c.k) + "/stream rule " + std::to_string(rule);
-          const std::vector<uint16_t> y = run_gpu(w, s, c.t, x, m, 0, rule, -1, no_row_quant);
-          check_y(w, c.t, m, y, reference(w, s, c.t, x, m), what);
-          EXPECT_EQ(run_gpu(w, s, c.t, x, m, 0, rule, -1, no_row_quant), y) << what << ": two calls differ";
-        }
-    }
-  const LinearWeights w = random_layer(4096, 1024, {0x38}, 2688.0f, true, 2688.0f, false, DType::BF16, seed);
-  auto lin = CudaLinear::create(w, Semantics::W4A16, DType::BF16, 0);
-  set_fused_grid_rule(*lin, 13);
-  EXPECT_TRUE(stream_form_active(*lin, 8));
-  EXPECT_FALSE(stream_form_active(*lin, 9));
 }
 
 // The vLLM flavour's decode kernel of 16-token tiles and four weight tiles per warp takes its activations through

@@ -4,8 +4,6 @@
 
 #include <cstdint>
 #include <string>
-#include <utility>
-#include <vector>
 
 #include "backends/cuda/cuda_linear_internal.h"
 #include "backends/cuda/gemm.cuh"
@@ -164,52 +162,6 @@ TEST(CudaWgmmaGrid, LauncherRefusesBlockShapesItHasNoKernelFor) {
         << "rows " << b[0] << " tokens " << b[1] << " consumers " << b[2] << ": " << msg;
   }
   EXPECT_NE(refusal(192, 128, 2).find("blocks of 192 and 128 rows: 3 and 2"), std::string::npos);
-}
-
-// The stream form's launcher refuses what its kernel does not compute, before touching the device (no GPU needed):
-// M above 8, K under 8 chunks, a weight mode other than the exact one, an epilogue, more blocks than chunks, no
-// workspace.
-TEST(CudaWgmmaGrid, StreamLauncherRefusesWhatItHasNoKernelFor) {
-  static float partial[1];
-  auto params = [] {
-    detail::GemmParams p;
-    p.m = 1;
-    p.n = 4096;
-    p.k = 4096;
-    p.n16 = 256;
-    p.kc = 64;
-    p.stream_blocks = 264;
-    p.partial = partial;
-    return p;
-  };
-  auto refusal = [](const detail::GemmParams& p, detail::Mode mode) -> std::string {
-    try {
-      detail::launch_stream_gemm(p, DType::BF16, mode, nullptr);
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "(not refused)";
-  };
-  std::vector<std::pair<std::string, detail::GemmParams>> bad;
-  detail::GemmParams p = params();
-  p.m = 9;
-  bad.emplace_back("M = 9", p);
-  p = params();
-  p.k = 448;
-  p.kc = 7;
-  bad.emplace_back("7 chunks", p);
-  p = params();
-  p.swiglu = true;
-  bad.emplace_back("SwiGLU", p);
-  p = params();
-  p.stream_blocks = 64 * 64 + 1;
-  bad.emplace_back("more blocks than chunks", p);
-  p = params();
-  p.partial = nullptr;
-  bad.emplace_back("no workspace", p);
-  for (const auto& b : bad)
-    EXPECT_NE(refusal(b.second, detail::Mode::Exact).find("stream kernel:"), std::string::npos) << b.first;
-  EXPECT_NE(refusal(params(), detail::Mode::VllmPow2).find("exact weight mode only"), std::string::npos);
 }
 
 // Blocks of 192 rows (0.77 x the chunk time: 0.5698 µs for 128 tokens) where their estimate is at least 5% below
