@@ -186,7 +186,13 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, const uint2* pow
   auto load_weights = [&](Stage& st, int c) {
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
+#ifdef NVFP4_PROBE_SAME_CHUNK
+      // Measurement build only (wrong results): every stage reads the warp's first chunks again, so the weights
+      // come from L2 instead of DRAM; the time left is the kernel's own (docs/PERF.md, change 87).
+      const int64_t off = static_cast<int64_t>(u) * kChunkStride;
+#else
       const int64_t off = static_cast<int64_t>(c + u - c0) * kChunkStride;
+#endif
       if (c + u < cm) {
 #pragma unroll
         for (int i = 0; i < kNW; ++i) {
