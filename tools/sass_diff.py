@@ -12,21 +12,15 @@ Prints one line per kernel that differs or exists on one side only, then a count
 """
 import argparse
 import re
-import subprocess
+
+from sass_util import read_kernels
 
 
 def kernels(path, tool):
-    sass = subprocess.run([tool, "-sass", path], capture_output=True, text=True, check=True).stdout
-    out, name = {}, None
-    for line in sass.splitlines():
-        m = re.search(r"Function : (\S+)", line)
-        if m:
-            name = re.sub(r"_GLOBAL__N__[0-9a-f]+_\d+_\w+?_[0-9a-f]{8}", "", m.group(1))
-            out[name] = []
-            continue
-        m = re.search(r"/\*[0-9a-f]{4,}\*/\s+(.*?);", line)
-        if m and name:
-            out[name].append(re.sub(r"0x[0-9a-f]+", "X", m.group(1)))
+    out = {}
+    for (_, name), ins in read_kernels(path, tool).items():
+        name = re.sub(r"_GLOBAL__N__[0-9a-f]+_\d+_\w+?_[0-9a-f]{8}", "", name)
+        out[name] = [re.sub(r"0x[0-9a-f]+", "X", text) for _, text in ins]
     return out
 
 

@@ -11,8 +11,9 @@ ACQBULK before the first HMMA); 0 means the prefetch is gone.
 Usage: tools/sass_first_loads.py <binary, library or cubin> [cuobjdump]    (exit 1 if any variant has 0)
 """
 import re
-import subprocess
 import sys
+
+from sass_util import read_kernels
 
 
 def main():
@@ -20,21 +21,7 @@ def main():
         print(__doc__.strip().splitlines()[-1], file=sys.stderr)
         return 2
     tool = sys.argv[2] if len(sys.argv) > 2 else "cuobjdump"
-    sass = subprocess.run([tool, "-sass", sys.argv[1]], capture_output=True, text=True, check=True).stdout
-    kernels, name, arch = {}, None, "cubin"
-    for line in sass.splitlines():
-        m = re.search(r"arch = (sm_\w+)", line)
-        if m:
-            arch = m.group(1)
-            continue
-        m = re.search(r"Function : (\S+)", line)
-        if m:
-            name = (arch, m.group(1))
-            kernels[name] = []
-            continue
-        m = re.match(r"\s+/\*[0-9a-f]+\*/\s+([^;]*);", line)
-        if name and m:
-            kernels[name].append(m.group(1))
+    kernels = {key: [text for _, text in ins] for key, ins in read_kernels(sys.argv[1], tool).items()}
     missing = 0
     for (arch, name), ops in sorted(kernels.items()):
         m = re.search(r"fused_gemm_kernelI(\w+?)Li(\d)ELi(\d)ELi(\d)ELb(\d)E", name)
