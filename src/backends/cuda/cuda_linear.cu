@@ -679,7 +679,8 @@ int wgmma_tile_tokens(int64_t m) { return m <= 64 ? 64 : 128; }
 // other two, once the producer work was spread over four warps and the A fragments double-buffered (docs/PERF.md,
 // change 28); with 128-token tiles above M = 128 the 2-warpgroup kernel keeps two A buffers, the 4 cannot.
 int wgmma_consumers(int64_t m, int rule, int rows) {
-  return rows == 128 ? 2 : rows == 192 ? 3 : rule == 4 ? 4 : rule == 5 ? 2 : m <= 128 ? 4 : 2;
+  if (rows != 256) return rows / 64;  // one row block per consumer warpgroup (detail::wgmma_consumers_fit)
+  return rule == 4 ? 4 : rule == 5 ? 2 : m <= 128 ? 4 : 2;
 }
 
 namespace {

@@ -110,7 +110,10 @@ inline int64_t wgmma_x_bytes(int64_t m, int kc, int tile_tokens) {
 void launch_permute_activations(const void* x, DType act, int64_t m, int k, int kc, int tile_tokens, void* out,
                                 bool programmatic, cudaStream_t stream);
 // consumers: 2 consumer warpgroups of two row blocks each, or 4 of one (more warps dequantizing at once); blocks
-// of 192 rows: 3 of one; of 128 rows: 2 of one.
+// of 192 rows: 3 of one; of 128 rows: 2 of one (wgmma_consumers_fit).
+constexpr bool wgmma_consumers_fit(int rows, int consumers) {
+  return rows == 256 ? consumers == 2 || consumers == 4 : (rows == 192 || rows == 128) && consumers == rows / 64;
+}
 void launch_wgmma_gemm(const GemmParams& p, DType act, Mode mode, int tile_tokens, int consumers,
                        cudaStream_t stream);
 

@@ -477,9 +477,7 @@ void launch_wgmma_gemm(const GemmParams& p, DType act, Mode mode, int tile_token
   NVFP4_CHECK(wgmma_split_inside(p.splits, p.split_rb0, p.wgmma_rows, p.n),
               "wgmma gemm: first split row block " + std::to_string(p.split_rb0) + " outside the " +
                   std::to_string(p.n) + " rows");
-  // 256 rows: 2 consumer warpgroups of two row blocks or 4 of one; 192 and 128 rows: one row block each.
-  const bool consumers_fit = p.wgmma_rows == 256 ? consumers == 2 || consumers == 4 : consumers == p.wgmma_rows / 64;
-  NVFP4_CHECK((tile_tokens == 64 || tile_tokens == 128) && consumers_fit,
+  NVFP4_CHECK((tile_tokens == 64 || tile_tokens == 128) && wgmma_consumers_fit(p.wgmma_rows, consumers),
               "wgmma gemm: tile_tokens " + std::to_string(tile_tokens) + ", consumers " + std::to_string(consumers) +
                   ", expected 64 or 128, and 2 or 4 (blocks of 192 and 128 rows: 3 and 2)");
   if (act == DType::BF16) {

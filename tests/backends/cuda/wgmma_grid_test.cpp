@@ -28,6 +28,11 @@ TEST(CudaWgmmaGrid, TokenTileAndConsumersByMAndRule) {
   EXPECT_EQ(wgmma_consumers(64, 3, 128), 2);  // blocks of 128 rows: two warpgroups of one row block
   EXPECT_EQ(wgmma_consumers(64, 3, 192), 3);  // blocks of 192 rows: three
   EXPECT_EQ(wgmma_consumers(1000, 5, 192), 3);
+  // Every choice is one the launcher takes.
+  for (int rows : {256, 192, 128})
+    for (int rule : {3, 4, 5, 9, 12})
+      for (int64_t m : {33, 64, 65, 128, 129, 1000})
+        EXPECT_TRUE(detail::wgmma_consumers_fit(rows, wgmma_consumers(m, rule, rows))) << rows << " " << rule << " " << m;
 }
 
 // The one rule for a split's first row block: inside the layer in the call's block height, any block without a
