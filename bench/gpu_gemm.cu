@@ -51,6 +51,7 @@ const Shape kShapes[] = {
     {8192, 28672, {57.3, 61.2, 184.1, 1380, 5635}},
 };
 const int64_t kMarlinM[5] = {1, 16, 128, 1024, 4096};
+const Semantics kSems[3] = {Semantics::W4A16, Semantics::W4A4, Semantics::W4A4_VLLM};  // the rows' order
 
 uint64_t g_rng = 0x9E3779B97F4A7C15ull;
 inline uint64_t next_rand() {
@@ -136,7 +137,7 @@ int main(int argc, char** argv) {
   std::vector<Shape> custom;
   bool shapes_set = false;
   bool quant = true, quantizer_rows = false;
-  bool use_sem[3] = {true, true, true};  // W4A16, W4A4, W4A4_VLLM
+  bool use_sem[3] = {true, true, true};  // per kSems entry
   int reps = 50;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) {
@@ -178,7 +179,7 @@ int main(int argc, char** argv) {
           std::fprintf(stderr, "bench_gemm: --semantics wants w4a16, w4a4 or w4a4-vllm, got '%s'\n", name.c_str());
           return 2;
         }
-        use_sem[sem == Semantics::W4A16 ? 0 : sem == Semantics::W4A4 ? 1 : 2] = true;
+        use_sem[std::find(kSems, kSems + 3, sem) - kSems] = true;
         c = end ? end + 1 : c + name.size();
       }
     } else if (!std::strcmp(argv[i], "--no-quant")) {
@@ -270,11 +271,10 @@ int main(int argc, char** argv) {
     const double wbytes = n * k * 0.5625;
     const int R = static_cast<int>(std::ceil(kRotateBytes / wbytes));
     const int Rb = static_cast<int>(std::ceil(kRotateBytes / (n * k * 2.0)));
-    const Semantics sems[] = {Semantics::W4A16, Semantics::W4A4, Semantics::W4A4_VLLM};
     std::vector<std::vector<std::unique_ptr<cuda::CudaLinear>>> lin(3);
     for (int si2 = 0; si2 < 3; ++si2)
       for (int r = 0; r < R && use_sem[si2]; ++r)
-        lin[si2].push_back(cuda::create_prepared(w, f, sems[si2], DType::BF16, 0));
+        lin[si2].push_back(cuda::create_prepared(w, f, kSems[si2], DType::BF16, 0));
     int64_t mmax = 1;
     for (int64_t v : ms) mmax = std::max(mmax, v);
     for (int64_t v : xover) mmax = std::max(mmax, v);
@@ -297,7 +297,7 @@ int main(int argc, char** argv) {
       CK(cudaMemsetAsync(dy, 0xFF, m * n * 2, s));
       run_all(sidx, m, s);  // also grows every replica's workspace before capture
       CK(cudaStreamSynchronize(s));
-      *check = check_output(w, sems[sidx], dx, m, dy);
+      *check = check_output(w, kSems[sidx], dx, m, dy);
       return time_graph([&](cudaStream_t st) { run_all(sidx, m, st); }, R, reps, s);
     };
 
@@ -372,7 +372,7 @@ int main(int argc, char** argv) {
           if (marlin > 0) std::snprintf(mar, sizeof mar, "%.2fx", marlin / us);
           std::printf("| %lld×%lld | %lld | %s | %.1f | %.2f | %.1f | %.1f | %.2fx | %s | %s | %s (%.2f) |\n",
                       static_cast<long long>(n), static_cast<long long>(k), static_cast<long long>(m),
-                      semantics_name(sems[sidx]), us, wbytes / us / 1e6, 2.0 * m * n * k / us / 1e6, cub,
+                      semantics_name(kSems[sidx]), us, wbytes / us / 1e6, 2.0 * m * n * k / us / 1e6, cub,
                       cub / us, mar, path, ok ? "ok" : "FAIL", chk);
           std::fflush(stdout);
         }
@@ -393,7 +393,7 @@ int main(int argc, char** argv) {
         for (auto& l : lin[sidx]) cuda::set_fused_max_m(*l, -1);
         char row[256];
         std::snprintf(row, sizeof row, "| %lld×%lld | %lld | %s | %.1f | %.1f | %s |", static_cast<long long>(n),
-                      static_cast<long long>(k), static_cast<long long>(m), semantics_name(sems[sidx]), us_f, us_l,
+                      static_cast<long long>(k), static_cast<long long>(m), semantics_name(kSems[sidx]), us_f, us_l,
                       (c1 <= 1 && c2 <= 1) ? "ok" : "FAIL");
         all_ok = all_ok && c1 <= 1 && c2 <= 1;
         xover_rows.push_back(row);
