@@ -242,12 +242,14 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, const uint2* pow
     }
 #pragma unroll
     for (int j = 0; j < kNT; ++j) xh[j] = x[j][0];
-    if (!P::kActChunkAhead && next) load_act_half(xv[b], 0, c + 1);
     chunk_half<T, kMode, kNT, kNW, 0>(wv, ws2, wsx, xh, acc);
+    // A half's registers are requested again only after the steps that read them have issued, so the
+    // compiler needs no second copy of them (no moves, no spills).
+    if (!P::kActChunkAhead && next) load_act_half(xv[b], 0, c + 1);
 #pragma unroll
     for (int j = 0; j < kNT; ++j) xh[j] = x[j][1];
-    if (!P::kActChunkAhead && next) load_act_half(xv[b], 1, c + 1);
     chunk_half<T, kMode, kNT, kNW, 2>(wv, ws2, wsx, xh, acc);
+    if (!P::kActChunkAhead && next) load_act_half(xv[b], 1, c + 1);
   };
   // Chunk c with its activations from the ring (slot ring_slot), each half read just before its steps.
   auto chunk_ring = [&](const uint4 (&wv)[kNW], const uint32_t (&sv)[kNW], int ring_slot) {
