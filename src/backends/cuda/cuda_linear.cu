@@ -46,7 +46,7 @@ bool programmatic_launch_enabled() { return g_programmatic.load(std::memory_orde
 
 constexpr int64_t kWeightChunkBytes = 64ll << 20;  // bound of the dequantized weight tile workspace
 // Grid rule of the fused kernel (set_fused_grid_rule's numbering; docs/PERF.md has the measurements).
-constexpr int kDefaultGridRule = 11;
+constexpr int kDefaultGridRule = 13;
 // W4A4 at M = 1: the most shared memory a block of the decode kernel takes for quantizing the row itself (its
 // warps' K ranges of dequantized values; 32 KB: 3 blocks per SM with the kernels' own 4-16 KB).
 constexpr int64_t kRowQuantMaxSmem = 32 << 10;
@@ -97,7 +97,8 @@ struct PerStreamBuffer {
   std::mutex mu;
 };
 template <typename Tag>
-PerStreamBuffer* per_stream_buffer(int device, cudaStream_t stream, size_t bytes, const char* what) {
+PerStreamBuffer* per_stream_buffer(int device, cudaStream_t stream, size_t bytes, const char* what,
+                                   bool zero = false) {
   static std::mutex mu;
   static std::map<std::pair<int, cudaStream_t>, PerStreamBuffer> spaces;  // nodes never move
   std::lock_guard<std::mutex> lock(mu);
@@ -107,6 +108,7 @@ PerStreamBuffer* per_stream_buffer(int device, cudaStream_t stream, size_t bytes
     check_cuda(cudaStreamIsCapturing(stream, &st), "cudaStreamIsCapturing");
     if (st != cudaStreamCaptureStatusNone) return nullptr;
     check_cuda(cudaMalloc(&b.p, bytes), what);
+    if (zero) check_cuda(cudaMemsetAsync(b.p, 0, bytes, stream), what);  // before any kernel of the stream uses it
   }
   return &b;
 }
@@ -134,6 +136,22 @@ constexpr size_t kDecodeActBytes = 4u << 20;  // 32 rows of K <= 65536
 struct DecodeActTag {};
 PerStreamBuffer* decode_act_buffer(int device, cudaStream_t stream) {
   return per_stream_buffer<DecodeActTag>(device, stream, kDecodeActBytes, "cudaMalloc (decode activation buffer)");
+}
+
+// The decode kernel's tail split (decode_grid, rule 13): per (device, stream), kSplitCounters counters (zero
+// between calls: each group's last part resets its own) and then the parts' slots. Null while capturing before the
+// stream's first call that splits: such a call runs its grid unsplit.
+constexpr size_t kSplitCounters = 4096, kSplitBytes = 4u << 20;
+// Whether grid g splits (decode_grid) and its groups' counters and slots fit the workspace.
+bool split_fits(const DecodeGrid& g) {
+  if (g.split_parts < 2) return false;
+  const int64_t groups = g.split_rows * (g.wk == detail::kWideWarps ? 1 : 8 / g.wk);
+  const size_t slot_bytes = static_cast<size_t>(groups) * g.split_parts * g.nw * g.nt * 4 * 32 * sizeof(float);
+  return static_cast<size_t>(groups) <= kSplitCounters && kSplitCounters * sizeof(unsigned) + slot_bytes <= kSplitBytes;
+}
+struct SplitTag {};
+PerStreamBuffer* split_buffer(int device, cudaStream_t stream) {
+  return per_stream_buffer<SplitTag>(device, stream, kSplitBytes, "cudaMalloc (decode split workspace)", true);
 }
 
 // cuBLAS handle, one per device for the whole process (a model has hundreds of layers; each handle holds
@@ -239,12 +257,17 @@ class CudaLinearImpl final : public CudaLinear {
   int grid_rule() const { return grid_rule_ < 0 ? kDefaultGridRule : grid_rule_; }
   // The decode kernel's grid rule (M <= 32): rules 9 and 12 differ from 7 and 11 only above that.
   int decode_rule() const { return grid_rule() == 9 ? 7 : grid_rule() == 12 ? 11 : grid_rule(); }
+
+  // The decode kernel's grid for m rows under the rule in force, in the layer's weight mode.
+  DecodeGrid decode_grid_at(int64_t m) const {
+    return decode_grid(m, n16_, kc_, sms_, decode_rule(), weight_mode(), k_ % 64 != 0);
+  }
   void set_row_quant(int on) { row_quant_ = on; }
   // W4A4 at M = 1: whether the decode kernel quantizes the row itself (GemmParams::x_gs) instead of a quantizer
   // kernel before it (row_quant_pays).
   bool row_quant(int64_t m) const {
     if (m != 1 || row_quant_ == 0) return false;
-    return row_quant_pays(decode_grid(m, n16_, kc_, sms_, decode_rule(), weight_mode(), k_ % 64 != 0), kc_, sms_);
+    return row_quant_pays(decode_grid_at(m), kc_, sms_);
   }
 
   // rb0 counts blocks of the rows a call takes: here it must lie inside the layer in the smallest blocks (128
@@ -275,8 +298,7 @@ class CudaLinearImpl final : public CudaLinear {
   bool epilogue_in_kernel(Epilogue e, int64_t m) const override {
     if (e == Epilogue::Store) return true;
     if (m <= 0 || !uses_fused(m) || wgmma_at(m) || (e == Epilogue::Swiglu && n_ % 16 != 0)) return false;
-    const DecodeGrid g = decode_grid(m, n16_, kc_, sms_, decode_rule(), weight_mode(), k_ % 64 != 0);
-    return detail::has_epilogue_form(g.nt, static_cast<int>(weight_mode()));
+    return detail::has_epilogue_form(decode_grid_at(m).nt, static_cast<int>(weight_mode()));
   }
   void run_epilogue(Epilogue e, const void* x, int64_t m, void* out, void* stream_v) const override {
     NVFP4_CHECK(epilogue_in_kernel(e, m), "cuda linear: no " +
@@ -381,6 +403,16 @@ class CudaLinearImpl final : public CudaLinear {
       slots = 2ll * sms_;
     }
     if (!after_quantizer && 5 * g.blocks < 4 * slots) p.programmatic = false;
+    if (split_fits(g)) {  // the tail split
+      PerStreamBuffer* b = split_buffer(device_, stream);
+      if (b) {
+        p.split_parts = g.split_parts;
+        p.split_rows = static_cast<int>(g.split_rows);
+        p.split_from = static_cast<int>(g.blocks - g.split_rows * g.split_parts);
+        p.split_count = static_cast<unsigned*>(b->p);
+        p.split_slots = reinterpret_cast<float*>(static_cast<unsigned*>(b->p) + kSplitCounters);
+      }
+    }
     if (p.x_gs > 0.0f)  // the decode kernel quantizes the row itself: its warps' K ranges in shared memory
       p.dyn_smem = std::max<int>(p.dyn_smem, static_cast<int>(detail::row_quant_smem_bytes(kc_, g.wk)));
     // the vLLM flavour's four-tile 16-token kernels: their warps' activation rings
@@ -506,6 +538,13 @@ void set_fused_max_m(CudaLinear& l, int64_t fused_max_m) {
 
 void set_fused_grid_rule(CudaLinear& l, int rule) { dynamic_cast<CudaLinearImpl&>(l).set_grid_rule(rule); }
 void set_row_quant(CudaLinear& l, bool on) { dynamic_cast<CudaLinearImpl&>(l).set_row_quant(on ? -1 : 0); }
+int tail_split_parts(const CudaLinear& l, int64_t m) {
+  const auto& c = dynamic_cast<const CudaLinearImpl&>(l);
+  if (m > 32 || m > c.fused_max_m()) return 1;
+  const DecodeGrid g = c.decode_grid_at(m);
+  return split_fits(g) ? g.split_parts : 1;
+}
+
 bool row_quant_active(const CudaLinear& l, int64_t m) {
   const auto& c = dynamic_cast<const CudaLinearImpl&>(l);
   return c.semantics() != Semantics::W4A16 && m <= c.fused_max_m() && c.row_quant(m);
@@ -557,6 +596,9 @@ bool row_quant_pays(const DecodeGrid& g, int64_t kc, int sms) {
 }
 
 DecodeGrid decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, int rule, detail::Mode mode, bool partial_chunk) {
+  // Rule 13: rule 11's grid, then the tail split where it applies (at the end).
+  const bool tail = rule == 13;
+  if (tail) rule = 11;
   // Rules 10 and 11: rule 7's grid, then the wide form where it applies (at the end).
   const bool wide = rule == 10 || rule == 11, wide16 = rule == 11;
   if (wide) rule = 7;
@@ -655,7 +697,7 @@ DecodeGrid decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, int rule, de
     g.light = true;
     g.slots = detail::fused_blocks_per_sm(nt, nw, true) * static_cast<int64_t>(sms);
   }
-  // Rules 10 and 11 (11 the default): a one-tile grid of one token tile whose tiles fit 2 blocks per SM as one
+  // Rules 10, 11 and 13 (13 the default): a one-tile grid of one token tile whose tiles fit 2 blocks per SM as one
   // tile per block (4096x4096 and 4096x14336 at M = 1-8: 256 blocks of 8 warps, 16 warps on most SMs) runs as
   // blocks of 12 warps, K split 12 ways as evenly as the chunks divide (so a partial last chunk needs no smaller
   // split), 2 per SM: at M = 1 w4a16 4096x4096 5.1 -> 4.5-4.6 µs, 4096x14336 13.8 -> 11.7, 2048x8192 8.2 -> 6.7
@@ -669,6 +711,17 @@ DecodeGrid decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, int rule, de
     g.wk = detail::kWideWarps;
     g.blocks = mblocks * n16;
     g.slots = 2ll * sms;
+  }
+  if (tail && mblocks == 1 && !partial_chunk) {
+    // Parts of fewer than 4 chunks per warp measured slower (9504x4096 at M = 1: 4 parts of 2 chunks per warp,
+    // 10.3 -> 11.2 µs; docs/PERF.md, change 90): such grids stay whole.
+    const int64_t q = g.blocks / sms, r = g.blocks % sms;
+    const int parts = static_cast<int>(std::min<int64_t>(4, r > 0 ? sms / r : 0));
+    if (q >= 1 && q < g.slots / sms && parts >= 2 && kc / parts >= 4 * g.wk) {
+      g.split_parts = parts;
+      g.split_rows = r;
+      g.blocks += r * (parts - 1);
+    }
   }
   return g;
 }

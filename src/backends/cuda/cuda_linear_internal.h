@@ -33,14 +33,18 @@ void set_weight_tile_rows(CudaLinear& l, int rows);
 // warp, or of the light 16-token kernel in the exact-weight modes) split K half as much where that fills one
 // wave; 8: as 7 with the light kernels wherever they exist at M <= 16; 9: as 7 with the wgmma kernel's blocks of
 // 128 rows wherever it runs; 10: as 7 with the decode kernel's wide form (decode_grid) at M <= 8 where it
-// applies; 11 (the default): as 10, and the wide form of the light 16-token kernel at M = 9-16; 12: as 11 with the
-// wgmma kernel's blocks of 192 rows wherever it runs (docs/PERF.md).
+// applies; 11: as 10, and the wide form of the light 16-token kernel at M = 9-16; 12: as 11 with the wgmma kernel's
+// blocks of 192 rows wherever it runs; 13 (the default): as 11 with the decode kernel's tail split (decode_grid)
+// (docs/PERF.md).
 void set_fused_grid_rule(CudaLinear& l, int rule);
 // W4A4 at M = 1: the decode kernel quantizes the activation row itself where row_quant_pays (true, the default),
 // or a quantizer kernel runs before it as at other M (false; measurements, tests).
 void set_row_quant(CudaLinear& l, bool on);
 // Whether a call of m rows takes that form (W4A4, M = 1, on the decode kernel, set_row_quant on, row_quant_pays).
 bool row_quant_active(const CudaLinear& l, int64_t m);
+// The parts a decode call of m rows splits its tail block rows into (decode_grid's tail split, where the stream's
+// workspace holds its slots); 1: none.
+int tail_split_parts(const CudaLinear& l, int64_t m);
 // The decode kernel's grid for M <= 32 (or any M under rules 0-2 and off Hopper) under a grid rule >= 0 (host
 // rule, no device needed; mode: how the layer's weights are dequantized; partial_chunk: K % 64 != 0): token
 // tiles of 8·nt, nw weight tiles per warp, K split over wk warps of a block; light: the kernel variant that
@@ -48,11 +52,17 @@ bool row_quant_active(const CudaLinear& l, int64_t m);
 // 2-block one would need more than one wave; 8 tokens and two tiles, rule 7 on); blocks launched and block
 // slots of the GPU (blocks per SM the kernel is compiled for x sms). wk = kWideWarps is the wide form (rules 10
 // and 11: one tile per warp, one token tile, or two on the light kernel under rule 11, at most 2 x sms tiles, >= 2
-// chunks per warp of 12: one tile per block of 12 warps splitting K, 2 blocks per SM).
+// chunks per warp of 12: one tile per block of 12 warps splitting K, 2 blocks per SM). Rule 13, the tail split: a
+// grid of one token tile row in one wave whose block rows leave r < sms/2 SMs one block more than the others
+// (q·sms + r rows, q < blocks per SM) runs its last r rows as split_parts = min(4, sms / r) >= 2 blocks each over
+// consecutive K ranges (>= 4 chunks per warp, K a multiple of 64), so that the r SMs' extra block becomes r·parts
+// shorter ones spread over as many SMs (split_parts, split_rows; blocks counts the parts; GemmParams::split_parts).
 struct DecodeGrid {
   int nt = 1, nw = 1, wk = 1;
   bool light = false;
   int64_t blocks = 0, slots = 0;
+  int split_parts = 1;
+  int64_t split_rows = 0;
 };
 DecodeGrid decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, int rule,
                        detail::Mode mode = detail::Mode::Exact, bool partial_chunk = true);

@@ -353,6 +353,36 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, const uint2* pow
   }
 }
 
+// The tail split's last step for one tile group (GemmParams::split_parts; one warp, its block's sums of the
+// group over K range `part` in acc): the sums go to the group's slot for that part, and the last part to arrive
+// (a counter per group, the threadfence-reduction pattern) adds every part's slot in part order into acc, so the
+// result does not depend on the order of arrival, resets the counter for the next call and returns true; the
+// others return false.
+template <int kNW, int kNT>
+__device__ __forceinline__ bool finish_split(const GemmParams& p, int group, int part, float (&acc)[kNW][kNT][4]) {
+  constexpr int kVals = kNW * kNT * 4;
+  const int lane = threadIdx.x & 31;
+  float* const slots = p.split_slots + static_cast<int64_t>(group) * p.split_parts * kVals * 32 + lane;
+  float* const a = &acc[0][0][0];  // acc[i][j][e] is a[(i·kNT + j)·4 + e]
+#pragma unroll
+  for (int v = 0; v < kVals; ++v) __stcg(slots + (part * kVals + v) * 32, a[v]);
+  __threadfence();
+  __syncwarp();
+  unsigned arrived = 0;
+  if (lane == 0) arrived = atomicAdd(p.split_count + group, 1u);
+  arrived = __shfl_sync(0xFFFFFFFFu, arrived, 0);
+  if (arrived + 1 != static_cast<unsigned>(p.split_parts)) return false;
+  __threadfence();
+#pragma unroll
+  for (int v = 0; v < kVals; ++v) {
+    float sum = __ldcg(slots + v * 32);
+    for (int q = 1; q < p.split_parts; ++q) sum += __ldcg(slots + (q * kVals + v) * 32);
+    a[v] = sum;
+  }
+  if (lane == 0) p.split_count[group] = 0;
+  return true;
+}
+
 // Block: kWarps warps (8, or kWideWarps for the wide form); warp w handles kNW consecutive 16-row weight tiles
 // (sharing the activation fragments) and one of p.wk K ranges; the wk partial sums of a tile group are added in a
 // fixed order (deterministic). Grid: x = token tiles of 8·kNT (fastest, so blocks reading the same weights run
@@ -390,7 +420,16 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 8 ? fused_blocks_per_sm
   };
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int wk = kWarps == 8 ? p.wk : kWarps, wn = warp / wk, kk = warp % wk;
-  const int tile0 = (blockIdx.y * (kWarps / wk) + wn) * kNW;
+  // A block of the tail split (GemmParams::split_parts) is part `part` of block row yb: chunks kr0 .. kr0 + kn - 1.
+  int yb = blockIdx.y, part = -1;
+  if (p.split_parts > 1 && yb >= p.split_from) {
+    const int s = yb - p.split_from;
+    part = s % p.split_parts;
+    yb = p.split_from + s / p.split_parts;
+  }
+  const int kr0 = part < 0 ? 0 : part * p.kc / p.split_parts;
+  const int kn = part < 0 ? p.kc : (part + 1) * p.kc / p.split_parts - kr0;  // chunks of the block's K range
+  const int tile0 = (yb * (kWarps / wk) + wn) * kNW;
   const int64_t m0 = static_cast<int64_t>(blockIdx.x) * 8 * kNT;
   const bool active = tile0 < p.n16;
 
@@ -405,11 +444,12 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 8 ? fused_blocks_per_sm
   // With late tables, every warp runs accumulate (an empty K range where it has no tile) so that all reach
   // setup's barrier at the same point.
   if (active || kLateTables) {
-    const int per = (p.kc + wk - 1) / wk;
-    // 8 warps: ranges of ceil(kc / wk) chunks (the last shorter); the wide form: kk·kc / wk .. (kk + 1)·kc / wk,
-    // at most per chunks each and none empty (kc >= kWideWarps), so the chunk past K is the last warp's alone.
-    const int c0 = !active ? 0 : kWarps == 8 ? kk * per : kk * p.kc / wk;
-    const int c1 = !active ? 0 : kWarps == 8 ? min(p.kc, c0 + per) : (kk + 1) * p.kc / wk;
+    const int per = (kn + wk - 1) / wk;
+    // 8 warps: ranges of ceil(kn / wk) chunks (the last shorter); the wide form: kk·kn / wk .. (kk + 1)·kn / wk,
+    // at most per chunks each and none empty (kn >= kWideWarps), so the chunk past K is the last warp's alone
+    // (a split layer has none: its K is a multiple of 64).
+    const int c0 = !active ? 0 : kr0 + (kWarps == 8 ? kk * per : kk * kn / wk);
+    const int c1 = !active ? 0 : kWarps == 8 ? min(kr0 + kn, c0 + per) : kr0 + (kk + 1) * kn / wk;
     // dynamic shared memory: the warp's K range of the row (kQuant) or its activation ring (act_ring_bytes)
     constexpr int kRing = act_ring_chunks(kNT, kNW, kMode);
     uint2* wsm = row_smem + (kRing > 0 ? warp * kRing * 256 : warp * per * 16);
@@ -441,6 +481,10 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 8 ? fused_blocks_per_sm
     }
   }
   if (kk != 0 || !active) return;
+  // A part of a split block row: the last of its parts to arrive adds them all and stores.
+  if (part >= 0 && !finish_split<kNW, kNT>(p, (static_cast<int>(blockIdx.x) * p.split_rows + yb - p.split_from) *
+                                                  (kWarps / wk) + wn, part, acc))
+    return;
   if constexpr (kEpi) {  // through the warp's own slot of red, which no other warp reads
     acc_to_slot();
     __syncwarp();
@@ -462,8 +506,14 @@ void launch_kernel(const GemmParams& p, cudaStream_t stream) {
                                                       " chunks");
   }
   const int groups_per_block = kWarps / p.wk;
+  const int64_t rows = ceil_div(ceil_div(p.n16, kNW), groups_per_block);
+  NVFP4_CHECK(p.split_parts == 1 || (p.split_slots && p.split_count && p.k % 64 == 0 && p.split_from >= 0 &&
+                                     p.split_rows == rows - p.split_from && p.split_rows > 0 &&
+                                     p.kc / p.split_parts >= 2 * (kWarps == 8 ? p.wk : kWarps)),
+              "fused kernel: a tail split needs its workspace, K a multiple of 64, the last block rows of the grid "
+              "and >= 2 chunks per warp in each part");
   dim3 grid(static_cast<unsigned>(ceil_div(p.m, 8 * kNT)),
-            static_cast<unsigned>(ceil_div(ceil_div(p.n16, kNW), groups_per_block)));
+            static_cast<unsigned>(p.split_parts == 1 ? rows : p.split_from + p.split_rows * p.split_parts));
   constexpr auto kernel = fused_gemm_kernel<T, kMode, kNT, kNW, kLight, kQuant, kWarps, kEpi>;
   if (p.dyn_smem > 0) raise_dynamic_smem_limit<kernel>(p.dyn_smem);
   launch_maybe_programmatic(p.programmatic, kernel, grid, dim3(32 * kWarps), static_cast<size_t>(p.dyn_smem), stream,

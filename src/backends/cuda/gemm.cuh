@@ -28,6 +28,12 @@ struct GemmParams {
   int splits = 1;                   // wgmma kernel: blocks splitting K of each split row block
   int wgmma_rows = 256;             // wgmma kernel: weight rows per block (256; 192 or 128: 4/3 or twice the blocks)
   int split_rb0 = 0;                // wgmma kernel: first split row block (of wgmma_rows); those before it whole
+  int split_parts = 1;              // decode kernel, tail split (> 1): block rows split_from .. split_from +
+  int split_from = 0;               // split_rows - 1 (the grid's last) each run as split_parts blocks over
+  int split_rows = 0;               // consecutive K ranges; their sums meet in split_slots (a slot of
+  float* split_slots = nullptr;     // kNW·kNT·4·32 f32 per tile group and part, groups numbered token tile
+  unsigned* split_count = nullptr;  // first) and the last part to arrive adds them (split_count: one counter per
+                                    // such group, 0 between calls)
   float* partial = nullptr;         // (splits, m, N - wgmma_rows·split_rb0) f32 when splits > 1
   float x_gs = 0.0f;                // > 0 (decode kernel, m = 1, one token tile, W4A4): x is the raw row, which
   float x_inv_gs = 0.0f;            // each warp quantizes and dequantizes itself over its own K range (global

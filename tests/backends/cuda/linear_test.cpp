@@ -306,6 +306,44 @@ TEST(CudaLinear, WideDecodeFormWithinBoundAndDeterministic) {
   }
 }
 
+// The decode kernel's tail split (rule 13): layers whose light two-tile grid at M <= 8 is one wave of 2·SMs + r
+// blocks, r = SMs / 4 (4 parts over K; N = 16·(4·SMs + 2r) - 5: a partial last tile) and r = SMs / 2 - 1 (2 parts),
+// each part 32 chunks (4 per warp); every semantics, M = 1, 8 and 16 (whatever grid that takes), within the bound
+// and bit-identical on a second call (which also needs every group's counter back at zero).
+TEST(CudaLinear, TailSplitWithinBoundAndDeterministic) {
+  NVFP4_REQUIRE_GPU();
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  if (sms < 8) GTEST_SKIP() << "a GPU of " << sms << " SMs has no such grid worth testing";
+  struct Case {
+    int64_t r, k;
+    int parts;
+    DType t;
+  };
+  const Case cases[] = {{sms / 4, 8192, 4, DType::BF16}, {sms / 2 - 1, 4096, 2, DType::F16}};
+  const int rule = 13;
+  uint32_t seed = 9100;
+  for (const Case& c : cases) {
+    const int64_t n = 16 * (4 * static_cast<int64_t>(sms) + 2 * c.r) - 5;
+    for (Semantics s : kAllSemantics) {
+      const LinearWeights w =
+          random_layer(n, c.k, scale_range(0x28, 0x5F), 2688.0f / 0.3f, true, 2688.0f / 7.0f, true, c.t, seed++);
+      for (int64_t m : {1, 8, 16}) {
+        if (m <= 8 && s != Semantics::W4A4_VLLM) {
+          auto lin = CudaLinear::create(w, s, c.t, 0);
+          set_fused_grid_rule(*lin, rule);
+          ASSERT_EQ(tail_split_parts(*lin, m), c.parts) << n << "x" << c.k << " m" << m;
+        }
+        const auto x = random_activations(c.t, m, c.k, 1.0f, seed++);
+        const std::string what = label(s, c.t, m, n, c.k) + "/tail split";
+        const std::vector<uint16_t> y = run_gpu(w, s, c.t, x, m, 0, rule);
+        check_y(w, c.t, m, y, reference(w, s, c.t, x, m), what);
+        EXPECT_EQ(run_gpu(w, s, c.t, x, m, 0, rule), y) << what << ": two calls differ";
+      }
+    }
+  }
+}
+
 // The vLLM flavour's decode kernel of 16-token tiles and four weight tiles per warp takes its activations through
 // a shared-memory ring (act_ring_chunks). A layer whose M = 9-16 grid is that kernel under the default rule (11):
 // N = 16·(8·SMs + 3) - 5 (over 90% of a wave of four-tile groups, a partial last group and a partial last tile),

@@ -388,6 +388,50 @@ TEST(CudaDecodeGrid, WideFormWhereOneTileBlocksFitTwoPerSm) {
   EXPECT_TRUE(row_quant_pays(decode_grid(1, 256, 64, 132, 10), 64, 132));
 }
 
+// Rule 13: rule 11's grid, and where one wave of it leaves r < SMs / 2 SMs one block more than the others, its
+// last r block rows in min(4, SMs / r) >= 2 parts over K (>= 4 chunks per warp, K a multiple of 64). Worked out by
+// hand for 132 SMs: 10240x8192 at M = 1 (640 tiles, 128 chunks) runs 320 light two-tile blocks on 396 slots, q = 2,
+// r = 56, 2 parts: 264 + 2·56 = 376 blocks; at M = 16 320 light 16-token blocks of 2 groups (wk 4), the same
+// split; 588 tiles: 294 blocks, r = 30, 4 parts of 32 chunks (none with 64 chunks: 2 per warp, or 48); 12672x8192
+// (396 blocks) fills its wave evenly; 28672x4096 (224 blocks on 264 slots, r = 92) and 57344x8192 (several waves)
+// do not split. 594 and 658 tiles: the layers of CudaLinear.TailSplitWithinBoundAndDeterministic on 132 SMs.
+TEST(CudaDecodeGrid, TailSplitWhereOneWaveLeavesFewSmsABlockMore) {
+  constexpr detail::Mode kExact = detail::Mode::Exact;
+  struct Case {
+    int64_t m, n16, kc;
+    bool partial_chunk;
+    int parts;
+    int64_t rows;
+  };
+  const Case cases[] = {{1, 640, 128, false, 2, 56}, {8, 640, 128, false, 2, 56}, {16, 640, 128, false, 2, 56},
+                        {1, 588, 128, false, 4, 30}, {1, 588, 64, false, 1, 0},   {1, 588, 48, false, 1, 0},
+                        {1, 594, 128, false, 4, 33}, {1, 658, 64, false, 2, 65},  {1, 640, 128, true, 1, 0},
+                        {1, 792, 128, false, 1, 0},  {1, 1792, 64, false, 1, 0},  {1, 3584, 128, false, 1, 0},
+                        {1, 640, 4, false, 1, 0},    {40, 640, 128, false, 1, 0}};
+  for (const Case& c : cases) {
+    const std::string what = std::to_string(c.n16) + " tiles, " + std::to_string(c.kc) + " chunks, m" +
+                             std::to_string(c.m) + (c.partial_chunk ? ", partial chunk" : "");
+    const DecodeGrid g11 = decode_grid(c.m, c.n16, c.kc, 132, 11, kExact, c.partial_chunk);
+    const DecodeGrid g = decode_grid(c.m, c.n16, c.kc, 132, 13, kExact, c.partial_chunk);
+    EXPECT_EQ(g11.split_parts, 1) << what;
+    EXPECT_EQ(g.split_parts, c.parts) << what;
+    EXPECT_EQ(g.split_rows, c.rows) << what;
+    EXPECT_EQ(g.blocks, g11.blocks + c.rows * (c.parts - 1)) << what;
+    EXPECT_EQ(g.nt, g11.nt) << what;
+    EXPECT_EQ(g.nw, g11.nw) << what;
+    EXPECT_EQ(g.wk, g11.wk) << what;
+    EXPECT_EQ(g.light, g11.light) << what;
+    EXPECT_EQ(g.slots, g11.slots) << what;
+    if (g.split_parts > 1) {
+      EXPECT_EQ(g11.blocks % 132, c.rows) << what;
+      EXPECT_LT(g11.blocks / 132, g11.slots / 132) << what;  // one wave with room for a part beside each SM's blocks
+      EXPECT_GE(c.kc / g.split_parts, 4 * g.wk) << what;
+    }
+  }
+  EXPECT_EQ(decode_grid(1, 640, 128, 132, 13).wk, 8);
+  EXPECT_TRUE(decode_grid(1, 640, 128, 132, 13).light);
+}
+
 // W4A4 at M = 1, the decode kernel quantizing the row itself or a quantizer kernel before it (row_quant_pays),
 // on the default grid: the bench layers on either side of the measured crossover of 12288 values per SM (blocks
 // x 8 warps x their K range), layers whose K ranges take more than 32 KB of shared memory, small models' layers,
