@@ -145,8 +145,9 @@ constexpr size_t kSplitCounters = 4096, kSplitBytes = 4u << 20;
 // Whether grid g splits (decode_grid) and its groups' counters and slots fit the workspace.
 bool split_fits(const DecodeGrid& g) {
   if (g.split_parts < 2) return false;
-  const int64_t groups = g.split_rows * (g.wk == detail::kWideWarps ? 1 : 8 / g.wk);
-  const size_t slot_bytes = static_cast<size_t>(groups) * g.split_parts * g.nw * g.nt * 4 * 32 * sizeof(float);
+  const int64_t groups = g.split_rows * (detail::decode_block_warps(g.wk) / g.wk);  // tile groups of those rows
+  const size_t slot_bytes =
+      static_cast<size_t>(groups) * g.split_parts * detail::split_slot_floats(g.nw, g.nt) * sizeof(float);
   return static_cast<size_t>(groups) <= kSplitCounters && kSplitCounters * sizeof(unsigned) + slot_bytes <= kSplitBytes;
 }
 struct SplitTag {};

@@ -362,7 +362,8 @@ template <int kNW, int kNT>
 __device__ __forceinline__ bool finish_split(const GemmParams& p, int group, int part, float (&acc)[kNW][kNT][4]) {
   constexpr int kVals = kNW * kNT * 4;
   const int lane = threadIdx.x & 31;
-  float* const slots = p.split_slots + static_cast<int64_t>(group) * p.split_parts * kVals * 32 + lane;
+  static_assert(split_slot_floats(kNW, kNT) == kVals * 32, "a slot holds every lane's accumulators");
+  float* const slots = p.split_slots + static_cast<int64_t>(group) * p.split_parts * split_slot_floats(kNW, kNT) + lane;
   float* const a = &acc[0][0][0];  // acc[i][j][e] is a[(i·kNT + j)·4 + e]
 #pragma unroll
   for (int v = 0; v < kVals; ++v) __stcg(slots + (part * kVals + v) * 32, a[v]);

@@ -52,6 +52,9 @@ struct GemmParams {
 // A K split over kWideWarps warps is that form; every other split runs in blocks of 8 warps.
 constexpr int kWideWarps = 12;
 constexpr int decode_block_warps(int wk) { return wk == kWideWarps ? kWideWarps : 8; }
+// f32 values in one tail-split slot (GemmParams::split_slots: one per tile group and part): the accumulators of nw
+// weight tiles times nt token tiles, 4 per lane.
+constexpr int split_slot_floats(int nw, int nt) { return nw * nt * 4 * 32; }
 // The decode kernel variants that have a wide form: one weight tile per warp, with one token tile on the one-tile
 // kernel, or two on the light 16-token kernel (both 80 registers: 2 blocks of 12 warps per SM).
 constexpr bool has_wide_form(int nt, int nw, bool light) {
