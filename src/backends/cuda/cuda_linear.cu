@@ -259,6 +259,8 @@ class CudaLinearImpl final : public CudaLinear {
   // The decode kernel's grid rule (M <= 32): rules 9 and 12 differ from 7 and 11 only above that.
   int decode_rule() const { return grid_rule() == 9 ? 7 : grid_rule() == 12 ? 11 : grid_rule(); }
 
+  // Whether a call of m rows runs the decode kernel (fused, and not the wgmma kernel).
+  bool decode_at(int64_t m) const { return m > 0 && uses_fused(m) && !wgmma_at(m); }
   // The decode kernel's grid for m rows under the rule in force, in the layer's weight mode.
   DecodeGrid decode_grid_at(int64_t m) const {
     return decode_grid(m, n16_, kc_, sms_, decode_rule(), weight_mode(), k_ % 64 != 0);
@@ -298,7 +300,7 @@ class CudaLinearImpl final : public CudaLinear {
   }
   bool epilogue_in_kernel(Epilogue e, int64_t m) const override {
     if (e == Epilogue::Store) return true;
-    if (m <= 0 || !uses_fused(m) || wgmma_at(m) || (e == Epilogue::Swiglu && n_ % 16 != 0)) return false;
+    if (!decode_at(m) || (e == Epilogue::Swiglu && n_ % 16 != 0)) return false;
     return detail::has_epilogue_form(decode_grid_at(m).nt, static_cast<int>(weight_mode()));
   }
   void run_epilogue(Epilogue e, const void* x, int64_t m, void* out, void* stream_v) const override {
@@ -541,7 +543,7 @@ void set_fused_grid_rule(CudaLinear& l, int rule) { dynamic_cast<CudaLinearImpl&
 void set_row_quant(CudaLinear& l, bool on) { dynamic_cast<CudaLinearImpl&>(l).set_row_quant(on ? -1 : 0); }
 int tail_split_parts(const CudaLinear& l, int64_t m) {
   const auto& c = dynamic_cast<const CudaLinearImpl&>(l);
-  if (m > 32 || m > c.fused_max_m()) return 1;
+  if (!c.decode_at(m)) return 1;
   const DecodeGrid g = c.decode_grid_at(m);
   return split_fits(g) ? g.split_parts : 1;
 }

@@ -336,7 +336,7 @@ TEST(CudaLinear, WideDecodeFormWithinBoundAndDeterministic) {
 // each part 32 chunks (4 per warp); every semantics, M = 1, 8 and 16 (whatever grid that takes), within the bound
 // and bit-identical on a second call (which also needs every group's counter back at zero). The bound is checked
 // on the first 128 output features and on the last 32·r + 64 (the split block rows, of 32 features each, and the
-// whole ones before them): the f64 reference of the whole layers took ~50 s.
+// whole ones before them): the f64 reference of the whole layers took ~57 s.
 TEST(CudaLinear, TailSplitWithinBoundAndDeterministic) {
   NVFP4_REQUIRE_GPU();
   int sms = 0;
