@@ -85,6 +85,16 @@ constexpr uint32_t reg_bits(bool bf16, int p, uint32_t w) {
   }
 }
 
+// reg_bits with the bf16 layout's left shifts of registers 1 and 3 written as multiplies by mul8 = 8 and mul4 = 4
+// (mod 2^32 the same bits: what a shift pushes past bit 31 is masked out either way). The kernels pass the two
+// multipliers from constant memory, so that the compiler keeps them as multiplies, which run on the FMA pipe,
+// instead of turning them back into shifts on the integer pipe (mma_frag.cuh's reg_bits_dev).
+constexpr uint32_t reg_bits_mul(bool bf16, int p, uint32_t w, uint32_t mul8, uint32_t mul4) {
+  if (bf16 && p == 1) return (w * mul8) & kBf16RegMask;
+  if (bf16 && p == 3) return ((w * mul4) & 0x80008000u) | (rotl32(w, 13) & 0x01C001C0u);
+  return reg_bits(bf16, p, w);
+}
+
 constexpr int kBf16NibbleExp = -126, kF16NibbleExp = -14;
 constexpr int kBf16ScaleShift = 118, kF16ScaleShift = 7;
 constexpr int kBf16ProductShift = kBf16ScaleShift + kBf16NibbleExp == -8 ? 8 : -1;

@@ -24,8 +24,8 @@ namespace {
 
 // MMA steps [kS0, kS0 + 2) of one K chunk: weight tiles wv (scale registers ws2 / wsx from scale_regs) times
 // the activation fragments xh of kNT token tiles (xh[j]: the lane's 8 activations of those two steps, words
-// 2s' and 2s'+1 for step kS0 + s').
-template <typename T, int kMode, int kNT, int kNW, int kS0>
+// 2s' and 2s'+1 for step kS0 + s'); kFmaShifts: dequant_step's form (fma_shifts).
+template <typename T, int kMode, int kNT, int kNW, int kS0, bool kFmaShifts>
 __device__ __forceinline__ void chunk_half(const uint4 (&wv)[kNW], const uint32_t (&ws2)[kNW][2],
                                            const uint32_t (&wsx)[kNW][2], const uint4 (&xh)[kNT],
                                            float (&acc)[kNW][kNT][4]) {
@@ -41,7 +41,7 @@ __device__ __forceinline__ void chunk_half(const uint4 (&wv)[kNW], const uint32_
     for (int i = 0; i < kNW; ++i) {
       const uint32_t q = s == 0 ? wv[i].x : s == 1 ? wv[i].y : s == 2 ? wv[i].z : wv[i].w;
       uint32_t a[4];
-      dequant_step<T, kMode>(q, ws2[i], wsx[i], a);
+      dequant_step<T, kMode, kFmaShifts>(q, ws2[i], wsx[i], a);
 #pragma unroll
       for (int j = 0; j < kNT; ++j) mma16816<T>(acc[i][j], a, b[j][0], b[j][1]);
     }
@@ -60,6 +60,16 @@ constexpr bool lane_holds_its_columns() {
   return true;
 }
 static_assert(lane_holds_its_columns(), "the decode kernel's activation words must match the fragment columns");
+
+// Whether a decode kernel dequantizes with two of its integer shifts on the FMA pipe (mma_frag.cuh's
+// reg_bits_dev): the exact mode's 8-warp kernels other than the one-tile kernel. Measured against the shifts,
+// same call (docs/PERF.md, change 93): M = 1 10240x8192 16.7 -> 16.2 µs, 28672x4096 21.6 -> 20.6, M = 16
+// 10240x8192 22.6 -> 21.6, 6144x4096 7.9 -> 7.5; slower in the one-tile kernel (6144x4096 at M = 1 6.7 -> 6.8-7.0),
+// the 12-warp light 16-token kernel (4096x14336 at M = 16 14.7 -> 15.1) and the vLLM power-of-two form, whose
+// dequantization is mostly on the FMA pipe already (1-6%).
+constexpr bool fma_shifts(int mode, int nt, int nw, int warps) {
+  return mode == static_cast<int>(Mode::Exact) && !(nt == 1 && nw == 1) && warps == 8;
+}
 
 // The register pipeline of accumulate() for kNT token tiles of 8 and kNW weight tiles per warp: kS stages of
 // kU chunks of weights and scales in a ring (while one stage is computed, the next kS - 1 are requested:
@@ -108,8 +118,8 @@ constexpr bool pow2_table(int mode, int nw, bool quant) {
 // reaches past K (K % 64 != 0) is done after it, with the lane's activations past K read as zero.
 // setup() runs after the first register stages are requested and before the wait for the previous kernel
 // (fused_gemm_kernel's late tables and their barrier; every warp of such a block calls accumulate, with an empty
-// K range where it has no tile).
-template <typename T, int kMode, int kNT, int kNW, bool kLight, bool kQuant, typename Setup>
+// K range where it has no tile). kFmaShifts: the kernel's fma_shifts.
+template <typename T, int kMode, int kNT, int kNW, bool kLight, bool kQuant, bool kFmaShifts, typename Setup>
 __device__ __forceinline__ void accumulate(const GemmParams& p, const uint2* pow2_tab, const float2* factors,
                                            uint2* qbuf, int tile0, int64_t m0, int c0, int c1,
                                            float (&acc)[kNW][kNT][4], Setup setup) {
@@ -242,13 +252,13 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, const uint2* pow
     }
 #pragma unroll
     for (int j = 0; j < kNT; ++j) xh[j] = x[j][0];
-    chunk_half<T, kMode, kNT, kNW, 0>(wv, ws2, wsx, xh, acc);
+    chunk_half<T, kMode, kNT, kNW, 0, kFmaShifts>(wv, ws2, wsx, xh, acc);
     // A half's registers are requested again only after the steps that read them have issued, so the
     // compiler needs no second copy of them (no moves, no spills).
     if (!P::kActChunkAhead && next) load_act_half(xv[b], 0, c + 1);
 #pragma unroll
     for (int j = 0; j < kNT; ++j) xh[j] = x[j][1];
-    chunk_half<T, kMode, kNT, kNW, 2>(wv, ws2, wsx, xh, acc);
+    chunk_half<T, kMode, kNT, kNW, 2, kFmaShifts>(wv, ws2, wsx, xh, acc);
     if (!P::kActChunkAhead && next) load_act_half(xv[b], 1, c + 1);
   };
   // Chunk c with its activations from the ring (slot ring_slot), each half read just before its steps.
@@ -257,9 +267,9 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, const uint2* pow
     scales(sv, ws2, wsx);
     uint4 xh[kNT];
     ring_half(xh, ring_slot, 0);
-    chunk_half<T, kMode, kNT, kNW, 0>(wv, ws2, wsx, xh, acc);
+    chunk_half<T, kMode, kNT, kNW, 0, kFmaShifts>(wv, ws2, wsx, xh, acc);
     ring_half(xh, ring_slot, 1);
-    chunk_half<T, kMode, kNT, kNW, 2>(wv, ws2, wsx, xh, acc);
+    chunk_half<T, kMode, kNT, kNW, 2, kFmaShifts>(wv, ws2, wsx, xh, acc);
   };
 
   Stage st[kS];
@@ -454,7 +464,8 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 8 ? fused_blocks_per_sm
     // dynamic shared memory: the warp's K range of the row (kQuant) or its activation ring (act_ring_bytes)
     constexpr int kRing = act_ring_chunks(kNT, kNW, kMode);
     uint2* wsm = row_smem + (kRing > 0 ? warp * kRing * 256 : warp * per * 16);
-    accumulate<T, kMode, kNT, kNW, kLight, kQuant>(p, pow2_tab, factors, wsm, tile0, m0, c0, c1, acc, setup);
+    accumulate<T, kMode, kNT, kNW, kLight, kQuant, fma_shifts(kMode, kNT, kNW, kWarps)>(p, pow2_tab, factors, wsm, tile0,
+                                                                                       m0, c0, c1, acc, setup);
   } else {
     pdl_wait();  // y is written below: not before the previous kernel is done with it
     pdl_launch_dependents();

@@ -102,15 +102,28 @@ __device__ __forceinline__ void exact_scale_pair(uint32_t sv, uint32_t& s_lo, ui
   split_pair(as_u32(v), s_lo, s_hi);
 }
 
+// The multipliers (8, 4) of dequant_bits.h's reg_bits_mul, read from constant memory: with a literal power of two
+// the compiler turns the multiplies back into shifts.
+static __constant__ uint32_t kShiftMultipliers[2] = {8u, 4u};
+
+// dequant_bits.h's reg_bits on the device; kFmaShifts: its reg_bits_mul form, which moves 2 of the bf16 layout's
+// 10 integer operations per step word from the ALU pipe, which the decode kernels keep busy at the issue rate, to
+// the FMA pipe (docs/PERF.md, change 93).
+template <bool kBf16, bool kFmaShifts>
+__device__ __forceinline__ uint32_t reg_bits_dev(int p, uint32_t w) {
+  if constexpr (kFmaShifts) return reg_bits_mul(kBf16, p, w, kShiftMultipliers[0], kShiftMultipliers[1]);
+  return reg_bits(kBf16, p, w);
+}
+
 // Fragment register p of step word q (dequant_bits.h), dequantized with its row's scale registers s2, sx
 // (scale_regs): exact e2m1·S·2^-c; vLLM per weight T(e2m1 · f32(S·D_w)) in f32 (sx: the f32's bits); vLLM
 // power-of-two form (vllm_weights.h) fma(v, Y, E·C) with v the code's value and E = v without its top
-// mantissa bit (s2 = Y, sx = C).
-template <typename T, int kMode>
+// mantissa bit (s2 = Y, sx = C). kFmaShifts: reg_bits_dev's form.
+template <typename T, int kMode, bool kFmaShifts>
 __device__ __forceinline__ uint32_t deq_reg(uint32_t q, int p, uint32_t s2, uint32_t sx) {
   using A = Act<T>;
   using T2 = typename A::T2;
-  const T2 r = from_u32<T2>(reg_bits(A::kBf16, p, q));
+  const T2 r = from_u32<T2>(reg_bits_dev<A::kBf16, kFmaShifts>(p, q));
   if constexpr (kMode == static_cast<int>(Mode::Exact)) {
     return as_u32(__hmul2(r, from_u32<T2>(s2)));
   } else {
@@ -195,12 +208,13 @@ __device__ __forceinline__ void scale_regs_from_table(const uint32_t (&sv)[kNW],
   }
 }
 
-// The four A-fragment registers of MMA step s from that step's code word q of one tile.
-template <typename T, int kMode>
+// The four A-fragment registers of MMA step s from that step's code word q of one tile (kFmaShifts: see
+// reg_bits_dev).
+template <typename T, int kMode, bool kFmaShifts = false>
 __device__ __forceinline__ void dequant_step(uint32_t q, const uint32_t (&ws2)[2], const uint32_t (&wsx)[2],
                                              uint32_t (&a)[4]) {
 #pragma unroll
-  for (int pp = 0; pp < 4; ++pp) a[pp] = deq_reg<T, kMode>(q, pp, ws2[pp & 1], wsx[pp & 1]);
+  for (int pp = 0; pp < 4; ++pp) a[pp] = deq_reg<T, kMode, kFmaShifts>(q, pp, ws2[pp & 1], wsx[pp & 1]);
 }
 
 // The output of every GEMM kernel: y[tok, n] = T(T(sum · out_scale) + bias[n]) (y_value: that value; store_y

@@ -179,7 +179,8 @@ TEST(CudaDequantBits, ExactForEveryCodeAndScale) {
 
 // The code bit layout of a step word (dequant_bits.h): for each activation type the 8 values' bits partition
 // the 32 bits, and every register decodes both its values exactly (e2m1 · 2^exp, sign included) for every
-// pair of codes, whatever the other registers' codes are (all 256 pairs x 64 random fillings of the rest).
+// pair of codes, whatever the other registers' codes are (all 256 pairs x 64 random fillings of the rest), and the
+// kernels' multiply form of the extraction (reg_bits_mul) gives the same bits.
 TEST(CudaDequantBits, EveryRegisterOfAStepWordDecodesExactly) {
   std::mt19937 rng(11);
   for (DType t : {DType::BF16, DType::F16}) {
@@ -204,6 +205,7 @@ TEST(CudaDequantBits, EveryRegisterOfAStepWordDecodesExactly) {
             ASSERT_EQ(code_at(bf16, p, 0, word), c0);
             ASSERT_EQ(code_at(bf16, p, 1, word), c1);
             const uint32_t w = reg_bits(bf16, p, word);
+            ASSERT_EQ(reg_bits_mul(bf16, p, word, 8u, 4u), w) << dtype_name(t) << " register " << p;  // the kernels' form
             const float lo = from_bits16(t, static_cast<uint16_t>(w)), hi = from_bits16(t, static_cast<uint16_t>(w >> 16));
             const bool ok = lo == std::ldexp(e2m1_decode(static_cast<uint8_t>(c0)), exp) &&
                             hi == std::ldexp(e2m1_decode(static_cast<uint8_t>(c1)), exp) &&
