@@ -64,9 +64,9 @@ static_assert(lane_holds_its_columns(), "the decode kernel's activation words mu
 // Whether a decode kernel dequantizes with two of its integer shifts on the FMA pipe (mma_frag.cuh's
 // reg_bits_dev): the exact mode's 8-warp kernels other than the one-tile kernel. Measured against the shifts,
 // same call (docs/PERF.md, change 93): M = 1 10240x8192 16.7 -> 16.2 µs, 28672x4096 21.6 -> 20.6-20.8, M = 16
-// 10240x8192 22.6 -> 21.4-21.6, 6144x4096 7.9 -> 7.5; slower in the one-tile kernel (6144x4096 at M = 1 6.7 -> 6.8-7.0),
-// the 12-warp light 16-token kernel (4096x14336 at M = 16 14.7 -> 15.1) and the vLLM power-of-two form, whose
-// dequantization is mostly on the FMA pipe already (1-6%).
+// 10240x8192 22.6 -> 21.4-21.6, 6144x4096 7.9 -> 7.5; slower in the one-tile kernel (6144x4096 at M = 1 6.7 ->
+// 6.8-7.0), the 12-warp light 16-token kernel (4096x14336 at M = 16 14.7 -> 15.1) and the vLLM power-of-two form,
+// whose dequantization is mostly on the FMA pipe already (1-6%).
 constexpr bool fma_shifts(int mode, int nt, int nw, int warps) {
   return mode == static_cast<int>(Mode::Exact) && !(nt == 1 && nw == 1) && warps == 8;
 }
@@ -464,8 +464,8 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 8 ? fused_blocks_per_sm
     // dynamic shared memory: the warp's K range of the row (kQuant) or its activation ring (act_ring_bytes)
     constexpr int kRing = act_ring_chunks(kNT, kNW, kMode);
     uint2* wsm = row_smem + (kRing > 0 ? warp * kRing * 256 : warp * per * 16);
-    accumulate<T, kMode, kNT, kNW, kLight, kQuant, fma_shifts(kMode, kNT, kNW, kWarps)>(p, pow2_tab, factors, wsm, tile0,
-                                                                                       m0, c0, c1, acc, setup);
+    accumulate<T, kMode, kNT, kNW, kLight, kQuant, fma_shifts(kMode, kNT, kNW, kWarps)>(
+        p, pow2_tab, factors, wsm, tile0, m0, c0, c1, acc, setup);
   } else {
     pdl_wait();  // y is written below: not before the previous kernel is done with it
     pdl_launch_dependents();

@@ -205,7 +205,8 @@ TEST(CudaDequantBits, EveryRegisterOfAStepWordDecodesExactly) {
             ASSERT_EQ(code_at(bf16, p, 0, word), c0);
             ASSERT_EQ(code_at(bf16, p, 1, word), c1);
             const uint32_t w = reg_bits(bf16, p, word);
-            ASSERT_EQ(reg_bits_mul(bf16, p, word, 8u, 4u), w) << dtype_name(t) << " register " << p;  // the kernels' form
+            // the kernels' multiply form
+            ASSERT_EQ(reg_bits_mul(bf16, p, word, 8u, 4u), w) << dtype_name(t) << " register " << p;
             const float lo = from_bits16(t, static_cast<uint16_t>(w)), hi = from_bits16(t, static_cast<uint16_t>(w >> 16));
             const bool ok = lo == std::ldexp(e2m1_decode(static_cast<uint8_t>(c0)), exp) &&
                             hi == std::ldexp(e2m1_decode(static_cast<uint8_t>(c1)), exp) &&
