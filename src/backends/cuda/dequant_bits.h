@@ -149,20 +149,27 @@ NVFP4_HD uint32_t e2m1_encode_bits(float y) {
 }
 
 // The value of y's E2M1 code, e2m1 value of e2m1_encode_bits(y), without the code (the quantize-dequantize
-// kernels need only the value): |y| clamped to 6, rounded to the E2M1 grid by adding and subtracting
-// c = 1.5·2^(22 + j) (j = 0, 1, 2 below 2, below 4, above: f32 spacing 2^(j-1) there, and c a whole even number
-// of spacings, so the f32 addition's ties to even are the grid's), the sign of y put back (-0 for a negative y
-// that rounds to zero), NaN -> +0. 10 operations against the encoder's 12 and the decoder's 6. Checked against
-// the encoder and e2m1_decode for every f32 by the tests.
+// kernels need only the value): |y| clamped to 6 (a), rounded to the E2M1 grid by adding and subtracting
+// c = 1.5·2^22·p, p = 2^j the largest power of two <= max(a, 1) (j = 0, 1, 2 below 2, below 4, above: f32 spacing
+// 2^(j-1) there, and c a whole even number of spacings, so the f32 addition's ties to even are the grid's), the
+// sign of y put back (-0 for a negative y that rounds to zero), NaN -> +0. p is max(a, 1) without its mantissa bits
+// and both steps are fmas of p and 1.5·2^22 (p·1.5·2^22 is exact, so the first rounds once like a + c, and the
+// second, t - c, is exact): 8 operations against the encoder's 12, the decoder's 6 and the 10 of choosing c by
+// two comparisons. Checked against the encoder and e2m1_decode for every f32 by the tests.
 NVFP4_HD float e2m1_round_f32(float y) {
   uint32_t u;
   std::memcpy(&u, &y, 4);
   const float a = fminf(fabsf(y), 6.0f);
-  const float c = a < 2.0f ? 0x1.8p22f : a < 4.0f ? 0x1.8p23f : 0x1.8p24f;
+  const float a1 = fmaxf(a, 1.0f);
+  uint32_t pb;
+  std::memcpy(&pb, &a1, 4);
+  pb &= 0xFF800000u;
+  float p;
+  std::memcpy(&p, &pb, 4);
 #ifdef __CUDA_ARCH__
-  const float r = __fsub_rn(__fadd_rn(a, c), c);
+  const float r = __fmaf_rn(-p, 0x1.8p22f, __fmaf_rn(p, 0x1.8p22f, a));
 #else
-  const float r = (a + c) - c;  // two f32 roundings (IEEE, no reassociation without -ffast-math)
+  const float r = std::fma(-p, 0x1.8p22f, std::fma(p, 0x1.8p22f, a));
 #endif
   uint32_t rb;
   std::memcpy(&rb, &r, 4);

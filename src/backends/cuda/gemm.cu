@@ -292,6 +292,7 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, const uint2* pow
     // Batches of kQuantBatch quarters per lane, every load of a batch issued before its arithmetic (one
     // round trip per batch: the shuffles kept the compiler from hoisting a later quarter's load).
     constexpr int kQuantBatch = 8;
+    const uint32_t ftab = smem_addr(factors);  // the table's shared-memory address: one register for the loop
     for (int q0 = 0; q0 < quarters; q0 += 32 * kQuantBatch) {
       uint2 raw[kQuantBatch];
 #pragma unroll
@@ -303,7 +304,7 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, const uint2* pow
       for (int b = 0; b < kQuantBatch; ++b) {
         const int q = q0 + 32 * b + lane;
         if (q0 + 32 * b >= quarters) break;  // warp-uniform
-        const uint2 d = quad_quant_dequant<T>(raw[b], p.x_gs, [factors](uint32_t s8) { return factors[s8]; });
+        const uint2 d = quad_quant_dequant<T>(raw[b], p.x_gs, [ftab](uint32_t s8) { return lds_f2(ftab + 8 * s8); });
         if (q < quarters) qbuf[q] = d;
       }
     }

@@ -8,15 +8,22 @@
 
 namespace nvfp4::cuda::detail {
 
-// The f32 values of kN consecutive T values (kN / 8 16-byte vectors, or one 8-byte vector for kN = 4).
+// The f32 values of kN consecutive T values (kN / 8 16-byte vectors, or one 8-byte vector for kN = 4); bf16 by
+// one integer operation per value (the high half masked, not moved down and back up).
 template <typename T, int kN, typename V>
 __device__ __forceinline__ void to_f32s(const V* raw, float (&v)[kN]) {
   using A = Act<T>;
   const typename A::T2* v2 = reinterpret_cast<const typename A::T2*>(raw);
 #pragma unroll
   for (int i = 0; i < kN / 2; ++i) {
-    v[2 * i] = A::to_f32(v2[i], 0);
-    v[2 * i + 1] = A::to_f32(v2[i], 1);
+    if constexpr (A::kBf16) {
+      const uint32_t w = as_u32(v2[i]);
+      v[2 * i] = __uint_as_float(w << 16);
+      v[2 * i + 1] = __uint_as_float(w & 0xFFFF0000u);
+    } else {
+      v[2 * i] = A::to_f32(v2[i], 0);
+      v[2 * i + 1] = A::to_f32(v2[i], 1);
+    }
   }
 }
 
