@@ -290,8 +290,10 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, const uint2* pow
     const int64_t kq = p.k / 4;
     const uint2* xr = static_cast<const uint2*>(p.x) + static_cast<int64_t>(c0) * 16;
     // Batches of kQuantBatch quarters per lane, every load of a batch issued before its arithmetic (one
-    // round trip per batch: the shuffles kept the compiler from hoisting a later quarter's load).
-    constexpr int kQuantBatch = 8;
+    // round trip per batch: the shuffles kept the compiler from hoisting a later quarter's load), and the
+    // batch's quarters computed whole, those past the range too (zeros, not stored), so that their chains
+    // interleave: this runs between the grid-dependency wait and the first MMA.
+    constexpr int kQuantBatch = 4;
     const uint32_t ftab = smem_addr(factors);  // the table's shared-memory address: one register for the loop
     for (int q0 = 0; q0 < quarters; q0 += 32 * kQuantBatch) {
       uint2 raw[kQuantBatch];
@@ -300,13 +302,14 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, const uint2* pow
         const int q = q0 + 32 * b + lane;
         raw[b] = q < quarters && c0 * 16ll + q < kq ? xr[q] : make_uint2(0, 0);  // past K: zeros, never read
       }
+      uint2 d[kQuantBatch];
 #pragma unroll
-      for (int b = 0; b < kQuantBatch; ++b) {
-        const int q = q0 + 32 * b + lane;
-        if (q0 + 32 * b >= quarters) break;  // warp-uniform
-        const uint2 d = quad_quant_dequant<T>(raw[b], p.x_gs, [ftab](uint32_t s8) { return lds_f2(ftab + 8 * s8); });
-        if (q < quarters) qbuf[q] = d;
-      }
+      for (int b = 0; b < kQuantBatch; ++b)
+        // (the table was filled before the block's first barrier, and s8 comes from x, read after the wait)
+        d[b] = quad_quant_dequant<T>(raw[b], p.x_gs, [ftab](uint32_t s8) { return lds_f2_pure(ftab + 8 * s8); });
+#pragma unroll
+      for (int b = 0; b < kQuantBatch; ++b)
+        if (q0 + 32 * b + lane < quarters) qbuf[q0 + 32 * b + lane] = d[b];
     }
     __syncwarp();
     xq[0] = reinterpret_cast<const uint4*>(qbuf) + 2 * t;  // the lane's 16 values of chunk c at 8·(c - c0)
