@@ -302,10 +302,11 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, const uint2* pow
         const int q = q0 + 32 * b + lane;
         raw[b] = q < quarters && c0 * 16ll + q < kq ? xr[q] : make_uint2(0, 0);  // past K: zeros, never read
       }
+      // (lds_f2_pure may be scheduled freely: the table was filled before the block's first barrier, and s8
+      // comes from x, read after the wait)
       uint2 d[kQuantBatch];
 #pragma unroll
       for (int b = 0; b < kQuantBatch; ++b)
-        // (the table was filled before the block's first barrier, and s8 comes from x, read after the wait)
         d[b] = quad_quant_dequant<T>(raw[b], p.x_gs, [ftab](uint32_t s8) { return lds_f2_pure(ftab + 8 * s8); });
 #pragma unroll
       for (int b = 0; b < kQuantBatch; ++b)
