@@ -233,6 +233,11 @@ class CudaLinearImpl final : public CudaLinear {
     x_enc_ = w.input_global.enc;
     out_factor_ = linear_output_factor(w, s);
     if (s == Semantics::W4A4_VLLM) vllm_ = vllm_pow2_plan(act, w_dec_, f.scales.data(), f.scales.size());
+    if (s != Semantics::W4A16) {  // the decode kernel's own quantization reads them (launch_group_factor_table)
+      x_factors_.alloc(detail::kGroupFactors * sizeof(float2));
+      detail::launch_group_factor_table(x_enc_, s == Semantics::W4A4_VLLM, x_factors_.p, nullptr);
+      check_cuda(cudaStreamSynchronize(nullptr), "group factor table");
+    }
     check_cuda(cudaGetLastError(), "upload");
     blas_ = &blas_handle(device, "cuda linear '" + w.name + "'");
 
@@ -345,7 +350,7 @@ class CudaLinearImpl final : public CudaLinear {
     if (!large && row_quant(m)) {
       p.x = x;
       p.x_gs = x_enc_;
-      p.x_inv_gs = 1.0f / x_enc_;  // IEEE division, as the quantizer kernel's
+      p.x_factors = x_factors_.p;
       p.out_scale = out_factor_ * weight_unscale();
       return fused(p, weight_mode(), false, stream);
     }
@@ -511,6 +516,7 @@ class CudaLinearImpl final : public CudaLinear {
   VllmPow2Plan vllm_;        // w4a4-vllm: the power-of-two form's plan (vllm_weights.h)
   DevBuf<uint8_t> wq_, ws_;
   DevBuf<float> bias_;
+  DevBuf<float2> x_factors_;  // W4A4: launch_group_factor_table's table for x_enc_ and the flavour
   BlasHandle* blas_ = nullptr;  // shared by every layer on device_
 
   int sms_ = 132;

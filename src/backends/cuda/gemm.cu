@@ -111,18 +111,18 @@ constexpr bool pow2_table(int mode, int nw, bool quant) {
 // outputs are never stored) for the token rows m0 + 8j + g (j < kNT; rows past M re-read row M-1) into acc,
 // with Pipeline<kNT, kNW, kLight>'s register stages (pow2_tab: the block's table where pow2_table holds).
 // kQuant (M = 1, one token tile; GemmParams::x_gs): x is the raw row; after the wait the warp quantizes and
-// dequantizes its chunks' groups of it (four lanes per group, quad_quant_dequant with the block's table of group
-// factors: the quantizer kernel's arithmetic, so the values are the ones that kernel writes) into qbuf, its
-// ceil(kc / wk) chunks of shared memory, and reads its activations from there.
+// dequantizes its chunks' groups of it (four lanes per group, quad_quant_dequant with the layer's table of group
+// factors, GemmParams::x_factors, whose 1 KB the warp requests before the wait: the quantizer kernel's arithmetic,
+// so the values are the ones that kernel writes) into qbuf, its ceil(kc / wk) chunks of shared memory, and reads
+// its activations from there.
 // Pointers advance by a constant per chunk and the main loop has no per-element predicates; a last chunk that
 // reaches past K (K % 64 != 0) is done after it, with the lane's activations past K read as zero.
 // setup() runs after the first register stages are requested and before the wait for the previous kernel
-// (fused_gemm_kernel's late tables and their barrier; every warp of such a block calls accumulate, with an empty
-// K range where it has no tile). kFmaShifts: the kernel's fma_shifts.
+// (fused_gemm_kernel's power-of-two table and its barrier; every warp of such a block calls accumulate, with an
+// empty K range where it has no tile). kFmaShifts: the kernel's fma_shifts.
 template <typename T, int kMode, int kNT, int kNW, bool kLight, bool kQuant, bool kFmaShifts, typename Setup>
-__device__ __forceinline__ void accumulate(const GemmParams& p, const uint2* pow2_tab, const float2* factors,
-                                           uint2* qbuf, int tile0, int64_t m0, int c0, int c1,
-                                           float (&acc)[kNW][kNT][4], Setup setup) {
+__device__ __forceinline__ void accumulate(const GemmParams& p, const uint2* pow2_tab, uint2* qbuf, int tile0,
+                                           int64_t m0, int c0, int c1, float (&acc)[kNW][kNT][4], Setup setup) {
   static_assert(!kQuant || kNT == 1, "the kernel quantizes one token row only");
   using P = Pipeline<kNT, kNW, kLight>;
   constexpr int kS = P::kS, kU = P::kU;
@@ -279,6 +279,8 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, const uint2* pow
   // 20 bf16 kernels (SASS: LDG after ACQBULK), streaming nothing while the previous kernel ran.
 #pragma unroll
   for (int s = 0; s + 1 < kS; ++s) load_weights(st[s], c0 + s * kU);
+  float ft_token = 0.0f;
+  if constexpr (kQuant) ft_token = prefetch_group_factors(p.x_factors);  // read after the wait
   setup();
   if (p.programmatic) pdl_wait();
   // The next kernel in the stream, if launched programmatically, may now be scheduled and stream its first
@@ -294,7 +296,6 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, const uint2* pow
     // batch's quarters computed whole, those past the range too (zeros, not stored), so that their chains
     // interleave: this runs between the grid-dependency wait and the first MMA.
     constexpr int kQuantBatch = 4;
-    const uint32_t ftab = smem_addr(factors);  // the table's shared-memory address: one register for the loop
     for (int q0 = 0; q0 < quarters; q0 += 32 * kQuantBatch) {
       uint2 raw[kQuantBatch];
 #pragma unroll
@@ -302,16 +303,15 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, const uint2* pow
         const int q = q0 + 32 * b + lane;
         raw[b] = q < quarters && c0 * 16ll + q < kq ? xr[q] : make_uint2(0, 0);  // past K: zeros, never read
       }
-      // (lds_f2_pure may be scheduled freely: the table was filled before the block's first barrier, and s8
-      // comes from x, read after the wait)
       uint2 d[kQuantBatch];
 #pragma unroll
       for (int b = 0; b < kQuantBatch; ++b)
-        d[b] = quad_quant_dequant<T>(raw[b], p.x_gs, [ftab](uint32_t s8) { return lds_f2_pure(ftab + 8 * s8); });
+        d[b] = quad_quant_dequant<T>(raw[b], p.x_gs, [&p](uint32_t s8) { return __ldg(p.x_factors + s8); });
 #pragma unroll
       for (int b = 0; b < kQuantBatch; ++b)
         if (q0 + 32 * b + lane < quarters) qbuf[q0 + 32 * b + lane] = d[b];
     }
+    group_factor_sink(ft_token, p.x_gs, reinterpret_cast<float*>(qbuf));
     __syncwarp();
     xq[0] = reinterpret_cast<const uint4*>(qbuf) + 2 * t;  // the lane's 16 values of chunk c at 8·(c - c0)
   }
@@ -416,23 +416,17 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 8 ? fused_blocks_per_sm
   extern __shared__ __align__(16) uint2 row_smem[];
   constexpr bool kTable = pow2_table(kMode, kNW, kQuant);  // one entry per scale byte, filled by threads 0-255
   __shared__ uint2 pow2_tab[kTable ? 256 : 1];
-  __shared__ float2 factors[kQuant ? kGroupFactors : 1];  // kQuant: fill_group_factors of the flavour
-  // The tables depend on the layer only. The power-of-two table of the kernels that do not quantize the row is
-  // filled after each warp has requested its first weights (its fill and barrier no longer delay them), before
-  // the wait for the previous kernel: 28672x4096 w4a4-vllm at M = 1 29.5 -> 28.6-28.7 µs, M = 16 40.3-40.5 ->
-  // 39.5-39.6; the kernels that quantize the row fill theirs first, which measured 0.1-0.2 µs faster there
-  // (docs/PERF.md, change 78).
-  auto fill_tables = [&] {
+  // The table depends on the layer only. It is filled after each warp has requested its first weights (its fill
+  // and barrier no longer delay them), before the wait for the previous kernel: 28672x4096 w4a4-vllm at M = 1
+  // 29.5 -> 28.6-28.7 µs, M = 16 40.3-40.5 -> 39.5-39.6 (docs/PERF.md, change 78). The kernels that quantize the
+  // row filled theirs first while they also filled a table of group factors (0.1-0.2 µs faster then); with those
+  // made at load (GemmParams::x_factors), late is faster there too: w4a4-vllm at M = 1 6144x4096 9.5-9.6 -> 9.2-9.3,
+  // 4096x4096 7.3 -> 6.9 (change 100).
+  auto setup = [&] {
     if constexpr (kTable) {
       if (kWarps == 8 || threadIdx.x < 256) pow2_tab[threadIdx.x] = pow2_table_entry<T>(threadIdx.x, p.w_dec);
+      __syncthreads();
     }
-    if constexpr (kQuant) fill_group_factors<kMode != static_cast<int>(Mode::Exact)>(factors, p.x_gs, p.x_inv_gs);
-    if constexpr (kTable || kQuant) __syncthreads();
-  };
-  constexpr bool kLateTables = kTable && !kQuant;
-  if constexpr (!kLateTables) fill_tables();
-  auto setup = [&] {
-    if constexpr (kLateTables) fill_tables();
   };
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int wk = kWarps == 8 ? p.wk : kWarps, wn = warp / wk, kk = warp % wk;
@@ -457,9 +451,9 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 8 ? fused_blocks_per_sm
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
-  // With late tables, every warp runs accumulate (an empty K range where it has no tile) so that all reach
-  // setup's barrier at the same point.
-  if (active || kLateTables) {
+  // With a table, every warp runs accumulate (an empty K range where it has no tile) so that all reach setup's
+  // barrier at the same point.
+  if (active || kTable) {
     const int per = (kn + wk - 1) / wk;
     // 8 warps: ranges of ceil(kn / wk) chunks (the last shorter); the wide form: kk·kn / wk .. (kk + 1)·kn / wk,
     // at most per chunks each and none empty (kn >= kWideWarps), so the chunk past K is the last warp's alone
@@ -470,7 +464,7 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 8 ? fused_blocks_per_sm
     constexpr int kRing = act_ring_chunks(kNT, kNW, kMode);
     uint2* wsm = row_smem + (kRing > 0 ? warp * kRing * 256 : warp * per * 16);
     accumulate<T, kMode, kNT, kNW, kLight, kQuant, fma_shifts(kMode, kNT, kNW, kWarps)>(
-        p, pow2_tab, factors, wsm, tile0, m0, c0, c1, acc, setup);
+        p, pow2_tab, wsm, tile0, m0, c0, c1, acc, setup);
   } else {
     pdl_wait();  // y is written below: not before the previous kernel is done with it
     pdl_launch_dependents();
@@ -670,9 +664,10 @@ __global__ void add_bias_kernel(T* __restrict__ y, const float* __restrict__ bia
 }  // namespace
 
 void launch_fused_gemm(const GemmParams& p, DType act, Mode mode, int nt, int nw, bool light, cudaStream_t stream) {
-  NVFP4_CHECK(p.x_gs == 0.0f || (nt == 1 && p.m == 1 && p.dyn_smem >= row_quant_smem_bytes(p.kc, p.wk)),
-              "fused kernel: quantizing the activations in the kernel needs M = 1, one token tile and " +
-                  std::to_string(row_quant_smem_bytes(p.kc, p.wk)) + " bytes of shared memory");
+  NVFP4_CHECK(p.x_gs == 0.0f ||
+                  (nt == 1 && p.m == 1 && p.x_factors && p.dyn_smem >= row_quant_smem_bytes(p.kc, p.wk)),
+              "fused kernel: quantizing the activations in the kernel needs M = 1, one token tile, the group factor "
+              "table and " + std::to_string(row_quant_smem_bytes(p.kc, p.wk)) + " bytes of shared memory");
   const int ring_bytes = act_ring_bytes(nt, nw, static_cast<int>(mode), p.wk);
   NVFP4_CHECK(p.dyn_smem >= ring_bytes,
               "fused kernel: this kernel needs " + std::to_string(ring_bytes) +

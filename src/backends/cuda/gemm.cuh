@@ -36,8 +36,10 @@ struct GemmParams {
                                     // such group, 0 between calls)
   float* partial = nullptr;         // (splits, m, N - wgmma_rows·split_rb0) f32 when splits > 1
   float x_gs = 0.0f;                // > 0 (decode kernel, m = 1, one token tile, W4A4): x is the raw row, which
-  float x_inv_gs = 0.0f;            // each warp quantizes and dequantizes itself over its own K range (global
-                                    // scale x_gs, 1 / x_gs; the weight mode's flavour) into shared memory
+                                    // each warp quantizes and dequantizes itself over its own K range (global
+                                    // scale x_gs, the weight mode's flavour) into shared memory,
+  const float2* x_factors = nullptr;  // with the group factors of this table (launch_group_factor_table for x_gs
+                                      // and the flavour; kGroupFactors entries, device memory)
   bool swiglu = false;              // decode kernel (has_epilogue_form): rows of gate and up interleaved in
                                     // blocks of 8 (interleave_linear_outputs; N % 16 == 0); y is (m, N/2) T of
                                     // swiglu_value(gate, up) per feature instead of (m, N)

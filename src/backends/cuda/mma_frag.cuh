@@ -50,14 +50,6 @@ __device__ __forceinline__ uint4 lds128(uint32_t addr) {
                : "memory");
   return v;
 }
-// A read of a table that no thread writes any more: free for the compiler to schedule (no volatile, no memory
-// clobber), so the table must have been written, and the block synchronized, before anything the address is
-// computed from.
-__device__ __forceinline__ float2 lds_f2_pure(uint32_t addr) {
-  float2 v;
-  asm("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr));
-  return v;
-}
 // Asynchronous 16-byte copy global -> shared (sm_80+), its groups and the wait for all but the
 // kPending most recent groups of this thread (other lanes' copies: then __syncwarp).
 // src_bytes 16, or 0 (nothing read, zeros written).

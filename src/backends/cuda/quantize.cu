@@ -144,8 +144,9 @@ __global__ void __launch_bounds__(256) quantize_dequant_kernel(const T* __restri
 
 // The same for decode sizes, where the quantizer's latency is what the GEMM waits for: four lanes per group,
 // four values each (quad_quant_dequant, the factors computed per group: a table filled first, as the decode
-// kernel's own quantization reads, made this kernel 0.25-0.45 µs slower at M = 16, where it is launched
-// normally and the filling is on the critical path; docs/PERF.md, change 64).
+// kernel's own quantization once did, made this kernel 0.25-0.45 µs slower at M = 16, where it is launched normally
+// and the filling is on the critical path, change 64; the layer's table read through L1 instead, 0-0.1 µs slower,
+// change 100; docs/PERF.md).
 // Launched programmatically (decode sizes with a per-stream output buffer): it waits for the kernel before it
 // (which may write x, or still read `out` as the previous layer's GEMM), and only then lets the GEMM after it
 // start, so that at most one grid waits ahead of the running one.
@@ -160,6 +161,11 @@ __global__ void __launch_bounds__(256) quantize_dequant_quad_kernel(const T* __r
   const uint2 vals =
       quad_quant_dequant<T>(raw, gs, [gs, inv_gs](uint32_t s8) { return group_factors<kVllm>(s8, gs, inv_gs); });
   if (in) reinterpret_cast<uint2*>(out)[q] = vals;
+}
+
+template <bool kVllm>
+__global__ void __launch_bounds__(kGroupFactors) group_factor_table_kernel(float gs, float inv_gs, float2* tab) {
+  tab[threadIdx.x] = group_factors<kVllm>(threadIdx.x, gs, inv_gs);
 }
 
 template <typename T>
@@ -221,6 +227,12 @@ void launch_quantize_dequant(const void* x, DType act, int64_t m, int64_t k, flo
                              bool programmatic, cudaStream_t stream) {
   if (act == DType::BF16) launch_qd<__nv_bfloat16>(x, m, k, gs_enc, vllm, out, programmatic, stream);
   else launch_qd<__half>(x, m, k, gs_enc, vllm, out, programmatic, stream);
+}
+
+void launch_group_factor_table(float gs_enc, bool vllm, float2* tab, cudaStream_t stream) {
+  const auto kernel = vllm ? group_factor_table_kernel<true> : group_factor_table_kernel<false>;
+  kernel<<<1, kGroupFactors, 0, stream>>>(gs_enc, 1.0f / gs_enc, tab);
+  NVFP4_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace nvfp4::cuda::detail

@@ -22,4 +22,10 @@ constexpr int64_t quantize_dequant_quad_blocks(int64_t m, int64_t k) { return (m
 void launch_quantize_dequant(const void* x, DType act, int64_t m, int64_t k, float gs_enc, bool vllm, void* out,
                              bool programmatic, cudaStream_t stream);
 
+// tab: kGroupFactors float2 of device memory; gets the group factors (os, sc; quantize_dev.cuh's group_factors) of
+// every scale byte a group can get, for input global scale gs_enc (> 0 finite) and the flavour (vllm): the table a
+// W4A4 layer makes at load.
+constexpr int kGroupFactors = 128;
+void launch_group_factor_table(float gs_enc, bool vllm, float2* tab, cudaStream_t stream);
+
 }  // namespace nvfp4::cuda::detail

@@ -5,6 +5,7 @@
 // convert instruction): bit-exact with format/quant.h's quantize_activations.
 #pragma once
 #include "backends/cuda/cuda_util.cuh"
+#include "backends/cuda/quantize.cuh"
 
 namespace nvfp4::cuda::detail {
 
@@ -58,19 +59,27 @@ __device__ __forceinline__ T dequant_value(uint32_t code, float sc) {
   return Act<T>::one(__fmul_rn(e2m1_to_f32(code), sc));
 }
 
-// The two factors of every scale byte a group can get (0 .. 0x7F: the scale is non-negative; 0x7F is NaN), for
-// a table in shared memory that the decode kernel's own quantization (gemm.cu) reads instead of a conversion and
-// one or two IEEE divisions per group: (os, sc) = (scale_reciprocal, dequant_factor). Threads 0 .. 127 of the
-// block fill it; a barrier must follow before it is read. It depends on the global scale only, so the kernel
-// fills it before waiting for the previous kernel.
-constexpr int kGroupFactors = 128;
+// The two factors of every scale byte a group can get (0 .. 0x7F: the scale is non-negative; 0x7F is NaN):
+// (os, sc) = (scale_reciprocal, dequant_factor). They depend on the layer's input global scale only, so a W4A4
+// layer makes a table of them at load (launch_group_factor_table: 1 KB of device memory), which the decode kernel's
+// own quantization (gemm.cu) reads through L1 instead of filling a table in shared memory before a barrier.
 template <bool kVllm>
 __device__ __forceinline__ float2 group_factors(uint32_t s8, float gs, float inv_gs) {
   return make_float2(scale_reciprocal(s8, inv_gs), dequant_factor<kVllm>(s8, gs));
 }
-template <bool kVllm>
-__device__ __forceinline__ void fill_group_factors(float2* tab, float gs, float inv_gs) {
-  if (threadIdx.x < kGroupFactors) tab[threadIdx.x] = group_factors<kVllm>(threadIdx.x, gs, inv_gs);
+// The calling warp asks for the table's 1 KB in L1 (issued before a grid-dependency wait, so that the reads after
+// it hit). Returns a token that must reach group_factor_sink after the wait (a load whose value is never used is
+// dropped). The same from `prefetch.global.L1` (no value) made the decode kernels 2-2.5x slower at M = 1
+// (docs/PERF.md, change 100).
+__device__ __forceinline__ float prefetch_group_factors(const float2* tab) {
+  const unsigned lane = threadIdx.x & 31;
+  float v;  // one f32 per 32-byte sector: lane i's sector i of the table's 1 KB
+  asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(v) : "l"(tab + 4 * lane));
+  return v;
+}
+// Keeps the token's load: a store that never happens (gs > 0), which the compiler cannot drop.
+__device__ __forceinline__ void group_factor_sink(float token, float gs, float* never) {
+  if (gs < 0.0f) *never = token;
 }
 
 // Quantize-dequantize of a group of 16 values held by four consecutive lanes (lanes 4i .. 4i+3, four values

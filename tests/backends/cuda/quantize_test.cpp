@@ -3,6 +3,8 @@
 // input) writes exactly the CPU executor's dequantized activations.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "backends/cuda/cuda_linear.h"
 #include "backends/cuda/quantize.cuh"
 #include "common/error.h"
@@ -11,6 +13,12 @@
 
 namespace nvfp4::cuda::test {
 namespace {
+
+uint32_t bits32(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
 
 struct CpuQuant {
   std::vector<uint8_t> codes, scales;
@@ -167,6 +175,32 @@ void check_dequant(DType t, const std::vector<uint16_t>& x, int64_t m, int64_t k
       }
     }
     EXPECT_EQ(bad, 0u);
+  }
+}
+
+// The table of group factors a W4A4 layer makes at load (the decode kernel's own quantization reads it): every
+// entry bit-equal to the CPU quantizer's os = 1 / (sx · f32(1 / gs)) (format/quant.cpp) and the dequantization
+// factor sx (exact) or f32(sx / gs) (vLLM), including scale byte 0 (os = 0) and the subnormal scales.
+TEST(CudaQuantize, GroupFactorTableMatchesTheQuantizerArithmetic) {
+  NVFP4_REQUIRE_GPU();
+  DeviceBytes dtab(detail::kGroupFactors * sizeof(float2));
+  for (float gs : {1.0f, 3.0f, 448.0f * 6.0f / 7.3f, 1e-3f, 1e20f}) {
+    for (bool vllm : {false, true}) {
+      dtab.fill(0xFF);  // NaN: an entry the kernel did not write shows
+      detail::launch_group_factor_table(gs, vllm, dtab.as<float2>(), nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      std::vector<float> tab(2 * detail::kGroupFactors);
+      dtab.download(tab.data(), tab.size() * sizeof(float));
+      const float inv_gs = 1.0f / gs;
+      for (int s8 = 0; s8 < 0x7F; ++s8) {  // 0x7F is NaN, never a group's scale
+        const float sx = e4m3_decode(static_cast<uint8_t>(s8));
+        const float os = s8 == 0 ? 0.0f : 1.0f / (sx * inv_gs);
+        const float sc = vllm ? sx / gs : sx;
+        EXPECT_EQ(bits32(tab[2 * s8]), bits32(os)) << "gs " << gs << " scale byte " << s8 << ": os";
+        EXPECT_EQ(bits32(tab[2 * s8 + 1]), bits32(sc)) << "gs " << gs << (vllm ? " vllm" : " exact")
+                                                       << " scale byte " << s8 << ": sc";
+      }
+    }
   }
 }
 
