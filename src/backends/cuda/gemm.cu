@@ -96,15 +96,16 @@ struct Pipeline {
   static constexpr bool kActChunkAhead = kOneTile || (kNT == 2 && kNW <= 2 && !kLight);
 };
 
-// Whether the decode kernel of kNW tiles per warp takes the power-of-two form's scale registers from a table in
-// shared memory (pow2_table_entry of every scale byte, filled by the block) instead of computing them per chunk:
-// with 2 and 4 tiles per warp, 3.5-7% faster at M = 1 and 16 on the layers that run them; with one tile per warp
-// the one-tile kernel gained 2% on 4096x4096 and lost 1-3% on 6144x4096 and 4096x14336, and the light 16-token
-// kernel spilled and lost 2-4% (docs/PERF.md, change 58).
-// The kernels that quantize the W4A4 row themselves fill a table and wait at a barrier anyway: there one tile per
-// warp takes the table too (6144x4096 at M = 1 9.7-9.8 -> 9.4-9.5 µs, 4096x4096 unchanged; change 66).
-constexpr bool pow2_table(int mode, int nw, bool quant) {
-  return mode == static_cast<int>(Mode::VllmPow2) && (nw >= 2 || quant);
+// Whether the decode kernel of kNT token tiles and kNW weight tiles per warp takes the power-of-two form's scale
+// registers from a table in shared memory (pow2_table_entry of every scale byte, filled by the block) instead of
+// computing them per chunk: with 2 and 4 tiles per warp, 3.5-7% faster at M = 1 and 16 on the layers that run them
+// (docs/PERF.md, change 58); the kernels that quantize the W4A4 row themselves (6144x4096 at M = 1 9.7-9.8 -> 9.4-9.5
+// µs; change 66); and, since the table is filled after the first weight requests (change 78), the one-tile kernel:
+// 4096x14336 at M = 1 18.0 -> 17.1, the other layers unchanged, and the spills of its power-of-two form gone (20-36
+// bytes; change 101), where with the table filled first it had lost 1-3% (change 58). The light 16-token kernel
+// spilled with it and lost 2-4% (change 58).
+constexpr bool pow2_table(int mode, int nt, int nw, bool quant) {
+  return mode == static_cast<int>(Mode::VllmPow2) && (nw >= 2 || quant || nt == 1);
 }
 
 // Accumulates chunks [c0, c1) of weight tiles tile0 .. tile0+kNW-1 (tiles past N16 are zero tiles whose
@@ -233,7 +234,7 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, const uint2* pow
   // Chunk c with the activations x (a stage's, or buffer b of xv); next: the following chunk's activations are
   // requested (into the other buffer, or half by half into this one; not with kActInStage).
   auto scales = [&](const uint32_t (&sv)[kNW], uint32_t (&ws2)[kNW][2], uint32_t (&wsx)[kNW][2]) {
-    if constexpr (pow2_table(kMode, kNW, kQuant))
+    if constexpr (pow2_table(kMode, kNT, kNW, kQuant))
       scale_regs_from_table<kNW>(sv, pow2_tab, ws2, wsx);
     else
       scale_regs<T, kMode, kNW>(sv, p.w_dec, ws2, wsx);
@@ -414,7 +415,7 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 8 ? fused_blocks_per_sm
   __shared__ float red[kWarps][kNW * kNT * 4][32];
   // kQuant: row_quant_smem_bytes; otherwise unused (p.dyn_smem caps occupancy)
   extern __shared__ __align__(16) uint2 row_smem[];
-  constexpr bool kTable = pow2_table(kMode, kNW, kQuant);  // one entry per scale byte, filled by threads 0-255
+  constexpr bool kTable = pow2_table(kMode, kNT, kNW, kQuant);  // one entry per scale byte, filled by threads 0-255
   __shared__ uint2 pow2_tab[kTable ? 256 : 1];
   // The table depends on the layer only. It is filled after each warp has requested its first weights (its fill
   // and barrier no longer delay them), before the wait for the previous kernel: 28672x4096 w4a4-vllm at M = 1
