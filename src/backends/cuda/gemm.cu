@@ -101,9 +101,9 @@ struct Pipeline {
 // computing them per chunk: with 2 and 4 tiles per warp, 3.5-7% faster at M = 1 and 16 on the layers that run them
 // (docs/PERF.md, change 58); the kernels that quantize the W4A4 row themselves (6144x4096 at M = 1 9.7-9.8 -> 9.4-9.5
 // µs; change 66); and, since the table is filled after the first weight requests (change 78), the one-tile kernel:
-// 4096x14336 at M = 1 18.0 -> 17.1, the other layers unchanged, and the spills of its power-of-two form gone (20-36
-// bytes; change 101), where with the table filled first it had lost 1-3% (change 58). The light 16-token kernel
-// spilled with it and lost 2-4% (change 58).
+// 4096x14336 at M = 1 18.0 -> 17.1, the other layers unchanged, and the 12-warp form's spills gone (20-24 bytes;
+// change 101), where with the table filled first it had lost 1-3% (change 58). The light 16-token kernel spilled
+// with it and lost 2-4% (change 58).
 constexpr bool pow2_table(int mode, int nt, int nw, bool quant) {
   return mode == static_cast<int>(Mode::VllmPow2) && (nw >= 2 || quant || nt == 1);
 }
