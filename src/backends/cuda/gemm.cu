@@ -100,12 +100,14 @@ struct Pipeline {
 // registers from a table in shared memory (pow2_table_entry of every scale byte, filled by the block) instead of
 // computing them per chunk: with 2 and 4 tiles per warp, 3.5-7% faster at M = 1 and 16 on the layers that run them
 // (docs/PERF.md, change 58); the kernels that quantize the W4A4 row themselves (6144x4096 at M = 1 9.7-9.8 -> 9.4-9.5
-// µs; change 66); and, since the table is filled after the first weight requests (change 78), the one-tile kernel:
-// 4096x14336 at M = 1 18.0 -> 17.1, the other layers unchanged, and the 12-warp form's spills gone (20-24 bytes;
-// change 101), where with the table filled first it had lost 1-3% (change 58). The light 16-token kernel spilled
-// with it and lost 2-4% (change 58).
+// µs; change 66). With one tile per warp the table had lost 1-3% in the one-tile kernel and 2-4% in the light
+// 16-token kernel (which spilled with it) while it was filled before the first weight requests (change 58); filled
+// after them (change 78) it wins there too: the one-tile kernel 4096x14336 at M = 1 18.0 -> 17.1, its 12-warp
+// form's spills gone (20-24 bytes; change 101); the 16-token kernels at M = 9 / 16 4096x14336 19.9 / 20.2 -> 18.5 /
+// 18.9, 10240x8192 27.1 / 27.7 -> 26.6 / 27.2, 4096x4096 8.4 / 8.6 -> 8.1 / 8.4, the 12-warp light kernel's spills
+// gone (16 bytes; change 102). The 32-token kernels (kNT = 4) with one tile per warp were not measured with it.
 constexpr bool pow2_table(int mode, int nt, int nw, bool quant) {
-  return mode == static_cast<int>(Mode::VllmPow2) && (nw >= 2 || quant || nt == 1);
+  return mode == static_cast<int>(Mode::VllmPow2) && (nw >= 2 || quant || nt <= 2);
 }
 
 // Accumulates chunks [c0, c1) of weight tiles tile0 .. tile0+kNW-1 (tiles past N16 are zero tiles whose
