@@ -1,22 +1,8 @@
 #include "format/numerics.h"
 
 #include <cmath>
-#include <cstring>
 
 namespace nvfp4 {
-
-namespace {
-uint32_t bits_of(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-float float_of(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-}  // namespace
 
 uint8_t e2m1_encode(float y) {
   if (std::isnan(y)) return 0;
@@ -67,7 +53,7 @@ uint8_t e4m3_encode(float x) {
 }
 
 uint16_t f32_to_f16(float x) {
-  const uint32_t u = bits_of(x);
+  const uint32_t u = f32_bits(x);
   const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
   const float a = std::fabs(x);
   if (std::isnan(x)) return static_cast<uint16_t>(sign | 0x7E00u);
@@ -92,8 +78,8 @@ float f16_to_f32(uint16_t h) {
     const float v = std::ldexp(static_cast<float>(m), -24);
     return sign ? -v : v;
   }
-  if (e == 31) return float_of(sign | 0x7F800000u | (m << 13));
-  return float_of(sign | (static_cast<uint32_t>(e - 15 + 127) << 23) | (m << 13));
+  if (e == 31) return f32_from_bits(sign | 0x7F800000u | (m << 13));
+  return f32_from_bits(sign | (static_cast<uint32_t>(e - 15 + 127) << 23) | (m << 13));
 }
 
 }  // namespace nvfp4

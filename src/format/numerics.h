@@ -37,6 +37,18 @@ float e4m3_decode(uint8_t code);
 uint8_t e4m3_encode(float x);
 inline bool e4m3_is_nan(uint8_t code) { return (code & 0x7F) == 0x7F; }
 
+// An f32's bit pattern and back.
+inline uint32_t f32_bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return u;
+}
+inline float f32_from_bits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
 // ---- bf16 / fp16 (bit patterns in uint16_t) ---------------------------------------------------------
 // RNE; NaN stays NaN (quiet, sign kept). Inline: it sits in hot loops of the CPU executor.
 inline uint16_t f32_to_bf16(float x) {

@@ -8,7 +8,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <random>
 #include <vector>
 
@@ -19,12 +18,6 @@ using nvfp4::DType;
 using nvfp4::model::DenseWeight;
 
 namespace {
-
-uint32_t bits_of(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
 
 // acc (m, n) for a 16-bit weight w (n, k) of dtype t, into a buffer poisoned with `poison`.
 std::vector<float> run16(const std::vector<uint16_t>& w, DType t, int64_t n, int64_t k, const std::vector<float>& x,
@@ -93,7 +86,7 @@ void check_bit_identical_to_f32(DType t, unsigned seed) {
       const std::vector<float> b = run32(wf, n, k, x, m, -12345.0f);
       double norm2 = 0;
       for (size_t i = 0; i < a.size(); ++i) {
-        ASSERT_EQ(bits_of(a[i]), bits_of(b[i]))
+        ASSERT_EQ(nvfp4::f32_bits(a[i]), nvfp4::f32_bits(b[i]))
             << nvfp4::dtype_name(t) << " k " << k << " m " << m << " out " << i << ": " << a[i] << " vs " << b[i];
         norm2 += static_cast<double>(b[i]) * b[i];
       }

@@ -3,8 +3,6 @@
 // input) writes exactly the CPU executor's dequantized activations.
 #include <gtest/gtest.h>
 
-#include <cstring>
-
 #include "backends/cuda/cuda_linear.h"
 #include "backends/cuda/quantize.cuh"
 #include "common/error.h"
@@ -13,12 +11,6 @@
 
 namespace nvfp4::cuda::test {
 namespace {
-
-uint32_t bits32(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
 
 struct CpuQuant {
   std::vector<uint8_t> codes, scales;
@@ -196,8 +188,8 @@ TEST(CudaQuantize, GroupFactorTableMatchesTheQuantizerArithmetic) {
         const float sx = e4m3_decode(static_cast<uint8_t>(s8));
         const float os = s8 == 0 ? 0.0f : 1.0f / (sx * inv_gs);
         const float sc = vllm ? sx / gs : sx;
-        EXPECT_EQ(bits32(tab[2 * s8]), bits32(os)) << "gs " << gs << " scale byte " << s8 << ": os";
-        EXPECT_EQ(bits32(tab[2 * s8 + 1]), bits32(sc)) << "gs " << gs << (vllm ? " vllm" : " exact")
+        EXPECT_EQ(f32_bits(tab[2 * s8]), f32_bits(os)) << "gs " << gs << " scale byte " << s8 << ": os";
+        EXPECT_EQ(f32_bits(tab[2 * s8 + 1]), f32_bits(sc)) << "gs " << gs << (vllm ? " vllm" : " exact")
                                                        << " scale byte " << s8 << ": sc";
       }
     }
