@@ -99,15 +99,15 @@ struct Pipeline {
 // Whether the decode kernel of kNT token tiles and kNW weight tiles per warp takes the power-of-two form's scale
 // registers from a table in shared memory (pow2_table_entry of every scale byte, filled by the block) instead of
 // computing them per chunk: with 2 and 4 tiles per warp, 3.5-7% faster at M = 1 and 16 on the layers that run them
-// (docs/PERF.md, change 58); the kernels that quantize the W4A4 row themselves (6144x4096 at M = 1 9.7-9.8 -> 9.4-9.5
-// µs; change 66). With one tile per warp the table had lost 1-3% in the one-tile kernel and 2-4% in the light
+// (docs/PERF.md, change 58); the kernels that quantize the W4A4 row themselves, all one-token-tile kernels (6144x4096
+// at M = 1 9.7-9.8 -> 9.4-9.5 µs; change 66). With one tile per warp the table had lost 1-3% in the one-tile kernel and 2-4% in the light
 // 16-token kernel (which spilled with it) while it was filled before the first weight requests (change 58); filled
 // after them (change 78) it wins there too: the one-tile kernel 4096x14336 at M = 1 18.0 -> 17.1, its 12-warp
 // form's spills gone (20-24 bytes; change 101); the 16-token kernels at M = 9 / 16 4096x14336 19.9 / 20.2 -> 18.5 /
 // 18.9, 10240x8192 27.1 / 27.7 -> 26.6 / 27.2, 4096x4096 8.4 / 8.6 -> 8.1 / 8.4, the 12-warp light kernel's spills
 // gone (16 bytes; change 102). The 32-token kernels (kNT = 4) with one tile per warp were not measured with it.
-constexpr bool pow2_table(int mode, int nt, int nw, bool quant) {
-  return mode == static_cast<int>(Mode::VllmPow2) && (nw >= 2 || quant || nt <= 2);
+constexpr bool pow2_table(int mode, int nt, int nw) {
+  return mode == static_cast<int>(Mode::VllmPow2) && (nw >= 2 || nt <= 2);
 }
 
 // Accumulates chunks [c0, c1) of weight tiles tile0 .. tile0+kNW-1 (tiles past N16 are zero tiles whose
@@ -236,7 +236,7 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, const uint2* pow
   // Chunk c with the activations x (a stage's, or buffer b of xv); next: the following chunk's activations are
   // requested (into the other buffer, or half by half into this one; not with kActInStage).
   auto scales = [&](const uint32_t (&sv)[kNW], uint32_t (&ws2)[kNW][2], uint32_t (&wsx)[kNW][2]) {
-    if constexpr (pow2_table(kMode, kNT, kNW, kQuant))
+    if constexpr (pow2_table(kMode, kNT, kNW))
       scale_regs_from_table<kNW>(sv, pow2_tab, ws2, wsx);
     else
       scale_regs<T, kMode, kNW>(sv, p.w_dec, ws2, wsx);
@@ -417,7 +417,7 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 8 ? fused_blocks_per_sm
   __shared__ float red[kWarps][kNW * kNT * 4][32];
   // kQuant: row_quant_smem_bytes; otherwise unused (p.dyn_smem caps occupancy)
   extern __shared__ __align__(16) uint2 row_smem[];
-  constexpr bool kTable = pow2_table(kMode, kNT, kNW, kQuant);  // one entry per scale byte, filled by threads 0-255
+  constexpr bool kTable = pow2_table(kMode, kNT, kNW);  // one entry per scale byte, filled by threads 0-255
   __shared__ uint2 pow2_tab[kTable ? 256 : 1];
   // The table depends on the layer only. It is filled after each warp has requested its first weights (its fill
   // and barrier no longer delay them), before the wait for the previous kernel: 28672x4096 w4a4-vllm at M = 1
