@@ -106,7 +106,8 @@ static_assert(kBf16ProductShift == 8 && kF16ProductShift == 7, "product shift mu
 
 // The vLLM flavour's power-of-two form (vllm_weights.h; mma_frag.cuh's deq_reg and scale_regs): the register
 // e2m1 · 2^kNibbleExp times 2^-kNibbleExp (the e2m1 value itself, code 0.5 a normal number), the block values
-// T(f32(S·D_w))·2^σ with σ chosen per layer so that the largest lies in [2^kVllmTopExp, 2^(kVllmTopExp+1)).
+// T(f32(S·D_w))·2^σ with σ chosen per layer so that the largest lies in [2^kVllmTopExp, 2^(kVllmTopExp+1)), or
+// below where that σ would take the kernels' f32 factor D_w·2^(σ - kE4m3FieldExp) out of range (vllm_weights.cpp).
 constexpr int kVllmTopExp = 9;
 // An e4m3 byte's exponent and mantissa bits placed in an f32's (bits 20-26, its sign at bit 31) read as
 // S · 2^kE4m3FieldExp, exact (e4m3 subnormals become f32 subnormals).

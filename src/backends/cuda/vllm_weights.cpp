@@ -40,6 +40,10 @@ VllmPow2Plan vllm_pow2_plan(DType t, float d_w, const uint8_t* scales, size_t n)
     return plan;
   }
   plan.shift = a_max > 0.0 ? kVllmTopExp - std::ilogb(a_max) : 0;
+  // The kernels' factor w_dec = D_w·2^(σ - kE4m3FieldExp) must stay a normal f32: where every block value is tiny
+  // (a layer whose largest block scale is small against 1/D_w) the σ above would make it overflow. A smaller σ
+  // moves every block value down by a power of two; the checks below still decide whether each step is exact.
+  plan.shift = std::min(plan.shift, 127 + kE4m3FieldExp - std::ilogb(d_w));
   const float w_dec_shifted = std::ldexp(d_w, plan.shift);  // D_w·2^σ
   plan.w_dec = std::ldexp(d_w, plan.shift - kE4m3FieldExp);  // the kernels' scale enters as S·2^kE4m3FieldExp
   plan.unscale = std::ldexp(1.0f, -plan.shift);

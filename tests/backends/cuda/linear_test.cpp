@@ -598,7 +598,8 @@ TEST(CudaLinear, TinyScalesAndGlobalScaleOne) {
 // every weight value shows. The layer holds every finite block scale (both signs) and every code in every
 // block. Global scales as calibration makes them and global scale 1; the fp16 layer with the calibrated scale
 // has w_dq in fp16's subnormals (the per-weight f32 rounding), the others take the power-of-two form
-// (vllm_weights.h): both forms must be exercised.
+// (vllm_weights.h): both forms must be exercised. The last layer holds only block scales 0.125-0.94 against a
+// global scale of 2688/0.05 (a random checkpoint's), whose power-of-two form needs the smaller shift.
 TEST(CudaLinear, VllmWeightsBitExactOnEveryPath) {
   NVFP4_REQUIRE_GPU();
   const int64_t n = 512, k = 128;
@@ -606,15 +607,17 @@ TEST(CudaLinear, VllmWeightsBitExactOnEveryPath) {
     DType t;
     float w_enc;
     bool pow2;
+    int scale_lo = 0, scale_hi = 255;  // the block scale bytes used (the finite ones in this range)
   };
   const Case cases[] = {{DType::BF16, ct_global_enc(0.37f, DType::BF16), true},
                         {DType::BF16, 1.0f, true},
                         {DType::F16, 1.0f, true},
-                        {DType::F16, ct_global_enc(0.37f, DType::F16), false}};
+                        {DType::F16, ct_global_enc(0.37f, DType::F16), false},
+                        {DType::BF16, 2688.0f / 0.05f, true, 0x28, 0x37}};
   for (const Case& c : cases) {
     LinearWeights w = random_layer(n, k, {0x38}, c.w_enc, true, ct_global_enc(1.0f, c.t), false, c.t, 900);
     std::vector<uint8_t> finite;
-    for (int b = 0; b < 256; ++b)
+    for (int b = c.scale_lo; b <= c.scale_hi; ++b)
       if ((b & 0x7F) != 0x7F) finite.push_back(static_cast<uint8_t>(b));
     for (size_t i = 0; i < w.weight.scales.size(); ++i) w.weight.scales[i] = finite[i % finite.size()];
     for (int64_t row = 0; row < n; ++row)

@@ -4,7 +4,9 @@
 // cleared with dequant_bits.h's masks) with a rounding to T after each one, not with the plan's algebra.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "backends/cuda/dequant_bits.h"
@@ -41,6 +43,25 @@ double kernel_value(DType t, const VllmPow2Plan& plan, float d_w, uint8_t scale,
   return t_op(t, v * y + z);
 }
 
+// Every (scale, code) of a layer that took the plan: the kernels' value is w_dq · 2^σ, and the plan's factors are
+// the powers of two they claim to be.
+void expect_kernel_values(DType t, const VllmPow2Plan& plan, float d_w, const std::vector<uint8_t>& scales,
+                          const std::string& what) {
+  EXPECT_EQ(plan.unscale, std::ldexp(1.0f, -plan.shift)) << what;
+  EXPECT_EQ(plan.w_dec, std::ldexp(d_w, plan.shift - kE4m3FieldExp)) << what;
+  EXPECT_TRUE(std::isnormal(plan.w_dec)) << what;
+  int bad = 0;
+  for (uint8_t s : scales)
+    for (uint8_t code = 0; code < 16; ++code) {
+      const double want = round_to(t, e2m1_decode(code) * (e4m3_decode(s) * d_w));
+      const double got = kernel_value(t, plan, d_w, s, code);
+      if (!(got == std::ldexp(want, plan.shift)) && bad++ < 3)
+        ADD_FAILURE() << dtype_name(t) << " " << what << " scale " << int(s) << " code " << int(code) << ": " << got
+                      << " vs " << std::ldexp(want, plan.shift);
+    }
+  EXPECT_EQ(bad, 0) << dtype_name(t) << " " << what;
+}
+
 TEST(VllmPow2Plan, KernelOperationsGiveTheReferenceWhereTaken) {
   const std::vector<uint8_t> scales = finite_scales();
   int taken = 0;
@@ -56,21 +77,25 @@ TEST(VllmPow2Plan, KernelOperationsGiveTheReferenceWhereTaken) {
         continue;
       }
       ++taken;
-      EXPECT_EQ(plan.unscale, std::ldexp(1.0f, -plan.shift));
-      EXPECT_EQ(plan.w_dec, std::ldexp(d_w, plan.shift - kE4m3FieldExp));
-      int bad = 0;
-      for (uint8_t s : scales)
-        for (uint8_t code = 0; code < 16; ++code) {
-          const double want = round_to(t, e2m1_decode(code) * (e4m3_decode(s) * d_w));
-          const double got = kernel_value(t, plan, d_w, s, code);
-          if (!(got == std::ldexp(want, plan.shift)) && bad++ < 3)
-            ADD_FAILURE() << dtype_name(t) << " amax " << amax << " scale " << int(s) << " code " << int(code)
-                          << ": " << got << " vs " << std::ldexp(want, plan.shift);
-        }
-      EXPECT_EQ(bad, 0) << dtype_name(t) << " amax " << amax;
+      expect_kernel_values(t, plan, d_w, scales, "amax " + std::to_string(amax));
     }
   }
   EXPECT_GE(taken, 6);  // every bf16 case and at least the fp16 ones with global scale near 1
+}
+
+// A layer whose block scales are all small against 1/D_w (here at most 0.94 with D_w = 0.05/2688, a random
+// checkpoint's): putting its largest block value at 2^kVllmTopExp would need σ = 25 and make the kernels' f32
+// factor D_w·2^(σ+120) overflow. The plan takes a smaller σ instead, and the kernels' values stay exact.
+TEST(VllmPow2Plan, TinyBlockValuesTakeASmallerShift) {
+  const float d_w = GlobalScale::from_enc(2688.0f / 0.05f).dec;
+  std::vector<uint8_t> small;
+  for (int b = 0x28; b < 0x38; ++b) small.push_back(static_cast<uint8_t>(b));  // 0.125 .. 0.9375
+  const VllmPow2Plan plan = vllm_pow2_plan(DType::BF16, d_w, small.data(), small.size());
+  ASSERT_TRUE(plan.ok) << plan.why;
+  float a_max = 0.0f;
+  for (uint8_t s : small) a_max = std::max(a_max, round_to(DType::BF16, e4m3_decode(s) * d_w));
+  EXPECT_LT(plan.shift, kVllmTopExp - std::ilogb(a_max));  // below the usual choice: the cap applied
+  expect_kernel_values(DType::BF16, plan, d_w, small, "scales 0x28-0x37");
 }
 
 // fp16 with calibrated global scales: the smallest block scales give w_dq in fp16's subnormals, where rounding
