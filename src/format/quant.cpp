@@ -233,8 +233,7 @@ void quantize_activations(const float* x, int64_t m, int64_t k, float gs_enc, ui
       const float prod = gs_enc * (vmax * kOneSixth);
       const uint8_t s8 = e4m3_encode(clamp_abs(prod, kE4M3Max));
       scales[r * groups + g] = s8;
-      const float s8f = e4m3_decode(s8);
-      const float os = s8f == 0.0f ? 0.0f : 1.0f / (s8f * gs_dec);
+      const float os = activation_scale_reciprocal(s8, gs_dec);
       for (int j = 0; j < kGroupSize; j += 2) {
         const uint8_t lo = e2m1_encode(clamp_abs(v[j] * os, kE2M1Max));
         const uint8_t hi = e2m1_encode(clamp_abs(v[j + 1] * os, kE2M1Max));

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "format/numerics.h"
 
 namespace nvfp4 {
 
@@ -104,6 +105,12 @@ Nvfp4Matrix modelopt_quantize(const float* w, int64_t rows, int64_t cols);
 // codes: (m, k/2) e2m1x2; scales: (m, k/16) e4m3, linear.
 void quantize_activations(const float* x, int64_t m, int64_t k, float gs_enc, uint8_t* codes,
                           uint8_t* scales);
+// The factor that takes a group's values to E2M1 (SPEC §4 step 3): f32(1 / f32(S·gs_dec)) for its scale byte s8,
+// 0 for a zero scale; gs_dec = f32(1 / gs_enc).
+inline float activation_scale_reciprocal(uint8_t s8, float gs_dec) {
+  const float s = e4m3_decode(s8);
+  return s == 0.0f ? 0.0f : 1.0f / (s * gs_dec);
+}
 
 // ---- dequantization ------------------------------------------------------------------------------------
 // out (rows, cols) f32 = e2m1 · e4m3 · global.dec, the product formed as f32(f32(e2m1·S)·dec) (e2m1·S is exact).

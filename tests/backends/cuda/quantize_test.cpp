@@ -171,7 +171,7 @@ void check_dequant(DType t, const std::vector<uint16_t>& x, int64_t m, int64_t k
 }
 
 // The table of group factors a W4A4 layer makes at load (the decode kernel's own quantization reads it): every
-// entry bit-equal to the CPU quantizer's os = 1 / (sx · f32(1 / gs)) (format/quant.cpp) and the dequantization
+// entry bit-equal to the CPU quantizer's os (format/quant.h's activation_scale_reciprocal) and the dequantization
 // factor sx (exact) or f32(sx / gs) (vLLM), including scale byte 0 (os = 0) and the subnormal scales.
 TEST(CudaQuantize, GroupFactorTableMatchesTheQuantizerArithmetic) {
   NVFP4_REQUIRE_GPU();
@@ -186,7 +186,7 @@ TEST(CudaQuantize, GroupFactorTableMatchesTheQuantizerArithmetic) {
       const float inv_gs = 1.0f / gs;
       for (int s8 = 0; s8 < 0x7F; ++s8) {  // 0x7F is NaN, never a group's scale
         const float sx = e4m3_decode(static_cast<uint8_t>(s8));
-        const float os = s8 == 0 ? 0.0f : 1.0f / (sx * inv_gs);
+        const float os = activation_scale_reciprocal(static_cast<uint8_t>(s8), inv_gs);
         const float sc = vllm ? sx / gs : sx;
         EXPECT_EQ(f32_bits(tab[2 * s8]), f32_bits(os)) << "gs " << gs << " scale byte " << s8 << ": os";
         EXPECT_EQ(f32_bits(tab[2 * s8 + 1]), f32_bits(sc)) << "gs " << gs << (vllm ? " vllm" : " exact")
