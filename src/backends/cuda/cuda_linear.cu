@@ -262,10 +262,7 @@ class CudaLinearImpl final : public CudaLinear {
   // The grid rule in force (set_fused_grid_rule's, or the default).
   int grid_rule() const { return grid_rule_ < 0 ? kDefaultGridRule : grid_rule_; }
   // The decode kernel's grid rule (M <= 32): rules 9 and 12 differ from 7 and 11 only above that.
-  int decode_rule() const {
-    const int r = grid_rule();
-    return r == 9 ? 7 : r == 12 ? 11 : r == 14 || r == 15 ? 13 : r;
-  }
+  int decode_rule() const { return grid_rule() == 9 ? 7 : grid_rule() == 12 ? 11 : grid_rule(); }
 
   // Whether a call of m rows runs the decode kernel (fused, and not the wgmma kernel).
   bool decode_at(int64_t m) const { return m > 0 && uses_fused(m) && !wgmma_at(m); }
@@ -400,12 +397,6 @@ class CudaLinearImpl final : public CudaLinear {
   void fused(detail::GemmParams& p, detail::Mode mode, bool after_quantizer, cudaStream_t stream) const {
     const int rule = grid_rule();
     if (wgmma_at(p.m)) return wgmma(p, mode, rule, stream);
-    if ((rule == 14 || rule == 15) && wgmma_ && mode == detail::Mode::Exact && !p.custom_epilogue() &&
-        p.x_gs == 0.0f) {
-      const int wgs = rule == 14 ? 2 : 1;
-      const int parts = detail::wgmma_decode_parts(p.m, n16_, kc_, sms_, wgs);
-      if (parts > 0) return detail::launch_wgmma_decode(p, act_, mode, wgs, parts, stream);
-    }
     const DecodeGrid g = decode_grid(p.m, n16_, kc_, sms_, decode_rule(), mode, k_ % 64 != 0);
     p.wk = g.wk;
     // Programmatic launch only for grids of >= 80% of a wave, or behind the quantizer: the blocks scheduled

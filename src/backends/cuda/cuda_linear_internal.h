@@ -35,8 +35,7 @@ void set_weight_tile_rows(CudaLinear& l, int rows);
 // 128 rows wherever it runs; 10: as 7 with the decode kernel's wide form (decode_grid) at M <= 8 where it
 // applies; 11: as 10, and the wide form of the light 16-token kernel at M = 9-16; 12: as 11 with the wgmma kernel's
 // blocks of 192 rows wherever it runs; 13 (the default): as 11 with the decode kernel's tail split (decode_grid)
-// (docs/PERF.md); 14 and 15 (measurements): as 13, with M <= 16 in the exact weight mode on the wgmma decode kernel
-// (gemm_wgmma_decode.cu; blocks of 2 or 1 tile groups) where wgmma_decode_parts finds a split.
+// (docs/PERF.md).
 void set_fused_grid_rule(CudaLinear& l, int rule);
 // W4A4 at M = 1: the decode kernel quantizes the activation row itself where row_quant_pays (true, the default),
 // or a quantizer kernel runs before it as at other M (false; measurements, tests).

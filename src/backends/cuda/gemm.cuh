@@ -128,16 +128,6 @@ constexpr bool wgmma_consumers_fit(int rows, int consumers) {
 void launch_wgmma_gemm(const GemmParams& p, DType act, Mode mode, int tile_tokens, int consumers,
                        cudaStream_t stream);
 
-// Hopper decode GEMM for M <= 16 on warpgroup MMAs (gemm_wgmma_decode.cu, sm_90a; where wgmma_available): blocks
-// of `warpgroups` (1 or 2) tile groups of 64 rows, each warp streaming its tile's weights into registers, the
-// block's K range of activations in shared memory as the MMAs' B operand, `parts` K ranges per cluster whose sums
-// meet in shared memory. Exact weight mode; no epilogue forms, no row quantization.
-inline constexpr int kWgmmaDecodeMaxParts = 8;
-// The K parts for a layer (host rule), or 0 where the kernel does not apply (M > 16, or no split of at most
-// kWgmmaDecodeMaxParts parts whose activations fit the shared memory of the blocks per SM it is compiled for).
-int wgmma_decode_parts(int64_t m, int64_t n16, int64_t kc, int sms, int warpgroups);
-void launch_wgmma_decode(const GemmParams& p, DType act, Mode mode, int warpgroups, int parts, cudaStream_t stream);
-
 // Large-M helpers. Dequantize rows [n0, n0+rows) of the prepared weight to T, (rows, K) row-major (rows
 // past N not written):
 //   exact modes: e2m1·S·2^-c (c of dequant_bits.h's product_unshift: the decode kernel's exact operands);

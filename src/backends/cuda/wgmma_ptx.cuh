@@ -135,27 +135,13 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], const uint32_t 
                  "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}",
                  "{%64,%65,%66,%67}, %68", NVFP4_ACC32(0), NVFP4_ACC32(32));
 }
-// D (m64n16, f32, 8 registers per thread) += A (registers) x B (shared memory descriptor).
-template <typename T>
-__device__ __forceinline__ void wgmma_m64n16k16(float (&d)[8], const uint32_t (&a)[4], uint64_t desc) {
-  NVFP4_WGMMA_RS("m64n16k16", "{%0,%1,%2,%3,%4,%5,%6,%7}", "{%8,%9,%10,%11}, %12", NVFP4_ACC8(0));
-}
-// D (m64n8, f32, 4 registers per thread) += A (registers) x B (shared memory descriptor).
-template <typename T>
-__device__ __forceinline__ void wgmma_m64n8k16(float (&d)[4], const uint32_t (&a)[4], uint64_t desc) {
-  NVFP4_WGMMA_RS("m64n8k16", "{%0,%1,%2,%3}", "{%4,%5,%6,%7}, %8", "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]));
-}
 #undef NVFP4_WGMMA_RS
 #undef NVFP4_ACC32
 #undef NVFP4_ACC8
 template <typename T, int kN>
 __device__ __forceinline__ void wgmma_m64k16(float (&d)[kN / 2], const uint32_t (&a)[4], uint64_t desc) {
-  static_assert(kN == 8 || kN == 16 || kN == 64 || kN == 128, "m64n{8,16,64,128}k16 only");
-  if constexpr (kN == 8)
-    wgmma_m64n8k16<T>(d, a, desc);
-  else if constexpr (kN == 16)
-    wgmma_m64n16k16<T>(d, a, desc);
-  else if constexpr (kN == 64)
+  static_assert(kN == 64 || kN == 128, "m64n64k16 and m64n128k16 only");
+  if constexpr (kN == 64)
     wgmma_m64n64k16<T>(d, a, desc);
   else
     wgmma_m64n128k16<T>(d, a, desc);

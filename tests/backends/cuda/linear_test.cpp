@@ -254,7 +254,7 @@ TEST(CudaLinear, FusedGridRulesWithinDerivedBound) {
                                            2688.0f / 7.0f, true, DType::BF16, seed++);
       for (int64_t m : {1, 5, 9, 16}) {
         const auto x = random_activations(DType::BF16, m, sh[1], 1.0f, seed++);
-        for (int rule : {0, 1, 2, 3, 6, 7, 8, 10, 14, 15})
+        for (int rule : {0, 1, 2, 3, 6, 7, 8, 10})
           check_bound(w, s, DType::BF16, x, m,
                       label(s, DType::BF16, m, sh[0], sh[1]) + "/grid" + std::to_string(rule), 0, rule);
       }
