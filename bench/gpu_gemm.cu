@@ -13,6 +13,10 @@
 //                   [--quantizer-rows] (W4A4 at M = 1: also a row with the quantizer kernel before the GEMM,
 //                   path "fused-qk", where the default has the decode kernel quantize the row itself)
 //                   [--semantics w4a16,w4a4,w4a4-vllm] (only these; default: all three)
+//                   [--decode-grids 1.4.l.p2,2.8,...] (decode kernel's grid forced, one row each where M <= 32
+//                   runs it: tiles per warp . K split [. l: light variant] [. pN: every block row in N parts];
+//                   set_forced_decode_grid; a grid with no kernel for that M is reported and skipped)
+// The path column names the decode grid of each decode-kernel row (decode_grid_name).
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -135,6 +139,7 @@ int main(int argc, char** argv) {
   std::vector<int64_t> rules = {-1};
   std::vector<int64_t> splits_list, tile_mbs;
   std::vector<Shape> custom;
+  std::vector<std::pair<std::string, cuda::ForcedDecodeGrid>> grids;  // --decode-grids
   bool shapes_set = false;
   bool quant = true, quantizer_rows = false;
   bool use_sem[3] = {true, true, true};  // per kSems entry
@@ -182,6 +187,31 @@ int main(int argc, char** argv) {
         use_sem[std::find(kSems, kSems + 3, sem) - kSems] = true;
         c = end ? end + 1 : c + name.size();
       }
+    } else if (!std::strcmp(argv[i], "--decode-grids") && i + 1 < argc) {
+      for (const char* c = argv[++i]; *c;) {
+        const char* end = std::strchr(c, ',');
+        const std::string spec = end ? std::string(c, end) : std::string(c);
+        cuda::ForcedDecodeGrid g;
+        bool bad = false;
+        int field = 0;
+        for (size_t a = 0; a <= spec.size() && !bad; ++field) {  // fields between dots
+          const size_t b = std::min(spec.find('.', a), spec.size());
+          const std::string t = spec.substr(a, b - a);
+          const int v = t.empty() ? 0 : std::atoi(t.c_str() + (t[0] == 'p' ? 1 : 0));
+          if (field == 0) g.nw = v;
+          else if (field == 1) g.wk = v;
+          else if (t == "l") g.light = true;
+          else if (t.size() > 1 && t[0] == 'p') g.parts = v;
+          else bad = true;
+          a = b + 1;
+        }
+        if (bad || field < 2 || g.nw <= 0 || g.wk <= 0 || g.parts <= 0) {
+          std::fprintf(stderr, "bench_gemm: --decode-grids wants NW.WK[.l][.pN],... got '%s'\n", spec.c_str());
+          return 2;
+        }
+        grids.emplace_back(spec, g);
+        c = end ? end + 1 : c + spec.size();
+      }
     } else if (!std::strcmp(argv[i], "--no-quant")) {
       quant = false;
     } else if (!std::strcmp(argv[i], "--quantizer-rows")) {
@@ -193,7 +223,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr, "usage: bench_gemm [--quick] [--shapes 0,1,..] [--m 1,16,..] [--xover 32,..|none] [--grid-rules 0,1,2,3,4,5,6] "
                            "[--no-quant] [--no-programmatic] [--splits 1,2,..] [--tile-mb 16,32,..] [--custom NxK,..] "
-                           "[--quantizer-rows] [--semantics w4a16,w4a4,w4a4-vllm] [--reps N]\n");
+                           "[--quantizer-rows] [--semantics w4a16,w4a4,w4a4-vllm] [--decode-grids NW.WK[.l][.pN],..] [--reps N]\n");
       return 2;
     }
   }
@@ -319,12 +349,15 @@ int main(int argc, char** argv) {
       struct Variant {
         int rule, splits, tile_mb;
         bool quantizer = false;  // W4A4 at M = 1: the quantizer kernel instead of the decode kernel's own
+        int grid = -1;           // index into --decode-grids
       };
       std::vector<Variant> variants;
       for (int64_t r : rules) variants.push_back({static_cast<int>(r), 0, 0});
       for (int64_t sp : splits_list) variants.push_back({static_cast<int>(rules.front()), static_cast<int>(sp), 0});
       for (int64_t t : tile_mbs) variants.push_back({static_cast<int>(rules.front()), 0, static_cast<int>(t)});
       if (quantizer_rows && m == 1) variants.push_back({static_cast<int>(rules.front()), 0, 0, true});
+      for (size_t gi = 0; gi < grids.size(); ++gi)
+        variants.push_back({static_cast<int>(rules.front()), 0, 0, false, static_cast<int>(gi)});
       for (int sidx = 0; sidx < 3; ++sidx) {
         if (!use_sem[sidx]) continue;
         const bool fused_path = cuda::uses_fused_kernel(*lin[sidx][0], m);
@@ -332,28 +365,42 @@ int main(int argc, char** argv) {
         for (size_t vi = 0; vi < variants.size(); ++vi) {
           const Variant& v = variants[vi];
           const bool per_quantizer = v.quantizer && fused_path && sidx > 0;
-          const bool per_rule = v.rule >= 0 && fused_path && !v.splits && !v.tile_mb && !v.quantizer;
+          const bool per_grid = v.grid >= 0 && fused_path && m <= 32;
+          const bool per_rule = v.rule >= 0 && fused_path && !v.splits && !v.tile_mb && !v.quantizer && v.grid < 0;
           const bool per_split = v.splits > 0 && fused_path && m > 32;
           const bool per_tile = v.tile_mb > 0 && !fused_path;
-          const bool plain = !v.splits && !v.tile_mb && !per_rule && !v.quantizer;
-          if (!(per_quantizer || per_rule || per_split || per_tile || (plain && !printed))) continue;
+          const bool plain = !v.splits && !v.tile_mb && !per_rule && !v.quantizer && v.grid < 0;
+          if (!(per_quantizer || per_grid || per_rule || per_split || per_tile || (plain && !printed))) continue;
           printed = true;
           for (auto& l : lin[sidx]) {
             cuda::set_fused_grid_rule(*l, per_rule || per_split || per_quantizer ? v.rule : -1);
             cuda::set_row_quant(*l, !per_quantizer);
             cuda::set_wgmma_splits(*l, per_split ? v.splits : 0);
+            cuda::set_forced_decode_grid(*l, per_grid ? grids[v.grid].second : cuda::ForcedDecodeGrid{});
             if (per_tile)
               cuda::set_weight_tile_rows(*l, static_cast<int>(std::max<int64_t>(16, (int64_t{v.tile_mb} << 20) / (2 * k) / 16 * 16)));
           }
-          double chk = 0;
-          const double us = ours(sidx, m, &chk);
+          std::string grid_name = "-";
+          double chk = 0, us = 0;
+          try {
+            grid_name = cuda::decode_grid_name(*lin[sidx][0], m);
+            us = ours(sidx, m, &chk);
+          } catch (const std::exception& e) {  // a forced grid with no kernel here (before any capture)
+            if (!per_grid) throw;
+            std::printf("| %lld×%lld | %lld | %s | - | - | - | %.1f | - | - | fused-d%s | skipped: %s |\n",
+                        static_cast<long long>(n), static_cast<long long>(k), static_cast<long long>(m),
+                        semantics_name(kSems[sidx]), cub, grids[v.grid].first.c_str(), e.what());
+            us = -1;
+          }
           for (auto& l : lin[sidx]) {
+            cuda::set_forced_decode_grid(*l, cuda::ForcedDecodeGrid{});
             cuda::set_fused_grid_rule(*l, -1);
             cuda::set_wgmma_splits(*l, 0);
             cuda::set_weight_tile_rows(*l, 0);
             cuda::set_row_quant(*l, true);
           }
-          char path[32];
+          if (us < 0) continue;
+          char path[96];
           if (per_quantizer)
             std::snprintf(path, sizeof path, "fused-qk");
           else if (per_tile)
@@ -362,10 +409,13 @@ int main(int argc, char** argv) {
             std::snprintf(path, sizeof path, "cublas");
           else if (per_split)
             std::snprintf(path, sizeof path, "fused-s%d", v.splits);
+          else if (per_grid)
+            std::snprintf(path, sizeof path, "fused-d%s (%s)", grids[v.grid].first.c_str(), grid_name.c_str());
           else if (!per_rule)
-            std::snprintf(path, sizeof path, "fused");
+            std::snprintf(path, sizeof path, "fused%s%s%s", grid_name != "-" ? " (" : "",
+                          grid_name != "-" ? grid_name.c_str() : "", grid_name != "-" ? ")" : "");
           else
-            std::snprintf(path, sizeof path, "fused-g%d", v.rule);
+            std::snprintf(path, sizeof path, "fused-g%d (%s)", v.rule, grid_name.c_str());
           const bool ok = chk <= 1.0;
           all_ok = all_ok && ok;
           char mar[32] = "-";

@@ -45,8 +45,6 @@ std::atomic<bool> g_programmatic{true};
 bool programmatic_launch_enabled() { return g_programmatic.load(std::memory_order_relaxed); }
 
 constexpr int64_t kWeightChunkBytes = 64ll << 20;  // bound of the dequantized weight tile workspace
-// Grid rule of the fused kernel (set_fused_grid_rule's numbering; docs/PERF.md has the measurements).
-constexpr int kDefaultGridRule = 13;
 // W4A4 at M = 1: the most shared memory a block of the decode kernel takes for quantizing the row itself (its
 // warps' K ranges of dequantized values; 32 KB: 3 blocks per SM with the kernels' own 4-16 KB).
 constexpr int64_t kRowQuantMaxSmem = 32 << 10;
@@ -245,6 +243,10 @@ class CudaLinearImpl final : public CudaLinear {
     check_cuda(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
     check_cuda(cudaDeviceGetAttribute(&smem_per_sm_, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device),
                "cudaDeviceGetAttribute");
+    int mem_khz = 0, bus_bits = 0;
+    check_cuda(cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, device), "cudaDeviceGetAttribute");
+    check_cuda(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device), "cudaDeviceGetAttribute");
+    default_rule_ = default_grid_rule(2.0 * mem_khz * 1e3 * bus_bits / 8.0 / std::max(sms_, 1));
     wgmma_ = detail::wgmma_available(device);
     int major = 0;
     check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
@@ -260,16 +262,20 @@ class CudaLinearImpl final : public CudaLinear {
   }
   void set_grid_rule(int r) { grid_rule_ = r; }
   // The grid rule in force (set_fused_grid_rule's, or the default).
-  int grid_rule() const { return grid_rule_ < 0 ? kDefaultGridRule : grid_rule_; }
+  int grid_rule() const { return grid_rule_ < 0 ? default_rule_ : grid_rule_; }
   // The decode kernel's grid rule (M <= 32): rules 9 and 12 differ from 7 and 11 only above that.
   int decode_rule() const { return grid_rule() == 9 ? 7 : grid_rule() == 12 ? 11 : grid_rule(); }
 
   // Whether a call of m rows runs the decode kernel (fused, and not the wgmma kernel).
   bool decode_at(int64_t m) const { return m > 0 && uses_fused(m) && !wgmma_at(m); }
   // The decode kernel's grid for m rows under the rule in force, in the layer's weight mode.
-  DecodeGrid decode_grid_at(int64_t m) const {
-    return decode_grid(m, n16_, kc_, sms_, decode_rule(), weight_mode(), k_ % 64 != 0);
+  DecodeGrid decode_grid_at(int64_t m) const { return decode_grid_for(m, weight_mode()); }
+  // ... in weight mode `mode`: the forced grid where one is set (set_forced_decode_grid), else the rule's.
+  DecodeGrid decode_grid_for(int64_t m, detail::Mode mode) const {
+    if (forced_grid_.nw > 0) return forced_decode_grid(m, n16_, kc_, sms_, forced_grid_, k_ % 64 != 0);
+    return decode_grid(m, n16_, kc_, sms_, decode_rule(), mode, k_ % 64 != 0);
   }
+  void set_forced_grid(const ForcedDecodeGrid& g) { forced_grid_ = g; }
   void set_row_quant(int on) { row_quant_ = on; }
   // W4A4 at M = 1: whether the decode kernel quantizes the row itself (GemmParams::x_gs) instead of a quantizer
   // kernel before it (row_quant_pays).
@@ -397,7 +403,7 @@ class CudaLinearImpl final : public CudaLinear {
   void fused(detail::GemmParams& p, detail::Mode mode, bool after_quantizer, cudaStream_t stream) const {
     const int rule = grid_rule();
     if (wgmma_at(p.m)) return wgmma(p, mode, rule, stream);
-    const DecodeGrid g = decode_grid(p.m, n16_, kc_, sms_, decode_rule(), mode, k_ % 64 != 0);
+    const DecodeGrid g = decode_grid_for(p.m, mode);
     p.wk = g.wk;
     // Programmatic launch only for grids of >= 80% of a wave, or behind the quantizer: the blocks scheduled
     // early take the slots that free up first, so a shorter grid behind a full one ends up unevenly spread
@@ -522,8 +528,10 @@ class CudaLinearImpl final : public CudaLinear {
   int sms_ = 132;
   int smem_per_sm_ = 0;
   int grid_rule_ = -1;
+  int default_rule_ = 13;  // default_grid_rule of the device
   int row_quant_ = -1;  // W4A4 at M = 1, the decode kernel quantizing the row: -1 default (row_quant), 0 never
   int forced_splits_ = 0;  // wgmma kernel's K split, 0 = wgmma_split's
+  ForcedDecodeGrid forced_grid_;  // nw = 0: the grid rule's
   int forced_split_rb0_ = 0;  // and its first split row block
   bool wgmma_ = false;  // the device runs the sm_90a wgmma kernel
   bool programmatic_ = false;  // the device has programmatic dependent launch (sm_90+)
@@ -552,6 +560,22 @@ int tail_split_parts(const CudaLinear& l, int64_t m) {
   if (!c.decode_at(m)) return 1;
   const DecodeGrid g = c.decode_grid_at(m);
   return split_fits(g) ? g.split_parts : 1;
+}
+
+void set_forced_decode_grid(CudaLinear& l, const ForcedDecodeGrid& g) {
+  NVFP4_CHECK(g.nw == 0 || g.nw == 1 || g.nw == 2 || g.nw == 4,
+              "cuda linear: forced decode grid with " + std::to_string(g.nw) + " tiles per warp, expected 1, 2 or 4");
+  dynamic_cast<CudaLinearImpl&>(l).set_forced_grid(g);
+}
+
+std::string decode_grid_name(const CudaLinear& l, int64_t m) {
+  const auto& c = dynamic_cast<const CudaLinearImpl&>(l);
+  if (!c.decode_at(m)) return "-";
+  const DecodeGrid g = c.decode_grid_at(m);
+  std::string s = "nt" + std::to_string(g.nt) + " nw" + std::to_string(g.nw) + " wk" + std::to_string(g.wk);
+  if (g.light) s += " light";
+  if (split_fits(g)) s += " split" + std::to_string(g.split_parts) + "x" + std::to_string(g.split_rows);
+  return s;
 }
 
 bool row_quant_active(const CudaLinear& l, int64_t m) {
@@ -604,7 +628,14 @@ bool row_quant_pays(const DecodeGrid& g, int64_t kc, int sms) {
   return g.nt == 1 && smem <= kRowQuantMaxSmem && g.blocks * (smem / 2) <= kRowQuantMaxValuesPerSm * sms;
 }
 
+int default_grid_rule(double bytes_per_s_per_sm) {
+  return bytes_per_s_per_sm > 0 && bytes_per_s_per_sm < kLongBlockMaxBandwidthPerSm ? 14 : 13;
+}
+
 DecodeGrid decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, int rule, detail::Mode mode, bool partial_chunk) {
+  // Rule 14: rule 13's, with a grid of more than two waves at its K split run as one wave of longer blocks (below).
+  const bool long_blocks = rule == 14;
+  if (long_blocks) rule = 13;
   // Rule 13: rule 11's grid, then the tail split where it applies (at the end).
   const bool tail = rule == 13;
   if (tail) rule = 11;
@@ -673,6 +704,22 @@ DecodeGrid decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, int rule, de
   if (rule >= 7 && nt <= 2 && halve_kind && wk > 1 && mblocks * ceil_div(groups, 8 / wk) > wave &&
       half_split_blocks <= wave && 5 * half_split_blocks >= 4 * wave)
     wk /= 2;
+  // Rule 14, M <= 16 (at M = 9-16 in the exact-weight mode only): a grid of more than two waves at that split takes
+  // the split, halving it, at which its blocks make one wave of >= 80% of the slots, where there is one: fewer, longer
+  // blocks (the warps of a block share their K range's activations in L1) and no last partial wave. On an H100
+  // (docs/PERF.md, change 107) 57344x8192 at M = 1 95.1 -> 87.8 µs, M = 16 107.8 -> 93.6; 128256x4096 105.6 -> 98.1
+  // and 127.3 -> 119.2; 57344x4096 50.8 -> 45.1 and 59.1 -> 49.1; the vLLM flavour's 16-token four-tile kernel
+  // 125.4 -> 132.7 on 57344x8192, which is why it keeps rule 13's grid.
+  if (long_blocks && (nt == 1 || mode == detail::Mode::Exact) && nt <= 2 &&
+      mblocks * ceil_div(groups, 8 / wk) > 2 * slots(nw)) {
+    for (int w = wk / 2; w >= 1; w /= 2) {
+      const int64_t b = mblocks * ceil_div(groups, 8 / w);
+      if (b <= slots(nw) && 5 * b >= 4 * slots(nw)) {
+        wk = w;
+        break;
+      }
+    }
+  }
   // K not a multiple of 64: every warp gets chunks. A K split whose ranges of ceil(kc / wk) chunks are used up
   // before the last warp (17 chunks over 8 warps of 3) takes half as many warps: a warp without chunks would
   // add the chunk past K again. (With whole chunks such a warp adds nothing: 9 chunks over 4 warps of 3.)
@@ -731,6 +778,42 @@ DecodeGrid decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, int rule, de
       g.split_rows = r;
       g.blocks += r * (parts - 1);
     }
+  }
+  return g;
+}
+
+DecodeGrid forced_decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, const ForcedDecodeGrid& f,
+                              bool partial_chunk) {
+  DecodeGrid g;
+  g.nt = m <= 8 ? 1 : m <= 16 ? 2 : 4;
+  const std::string what = "cuda linear: forced decode grid nw " + std::to_string(f.nw) + " wk " +
+                           std::to_string(f.wk) + (f.light ? " light" : "") + " parts " + std::to_string(f.parts) +
+                           " at " + std::to_string(8 * g.nt) + "-token tiles";
+  const bool wide = f.wk == detail::kWideWarps;
+  NVFP4_CHECK((f.nw == 1 || f.nw == 2 || f.nw == 4) && !(g.nt == 4 && f.nw == 4),
+              what + ": no kernel with that many tiles per warp");
+  NVFP4_CHECK(!f.light || (g.nt == 2 && f.nw == 1) || (g.nt == 1 && f.nw == 2), what + ": no light variant");
+  NVFP4_CHECK(wide ? detail::has_wide_form(g.nt, f.nw, f.light) && kc >= 2 * detail::kWideWarps
+                   : f.wk == 1 || f.wk == 2 || f.wk == 4 || f.wk == 8,
+              what + ": no such K split (1, 2, 4, 8, or " + std::to_string(detail::kWideWarps) +
+                  " for the wide form of the one-tile and light 16-token kernels)");
+  NVFP4_CHECK(wide || !partial_chunk || (f.wk - 1) * ceil_div(kc, int64_t{f.wk}) < kc,
+              what + ": a warp would get no chunk of the " + std::to_string(kc));
+  g.nw = f.nw;
+  g.wk = f.wk;
+  g.light = f.light;
+  const int64_t groups = ceil_div(n16, int64_t{f.nw});
+  const int64_t rows = wide ? groups : ceil_div(groups, int64_t{8 / f.wk});
+  g.blocks = ceil_div(m, int64_t{8 * g.nt}) * rows;
+  g.slots = (wide ? 2 : detail::fused_blocks_per_sm(g.nt, g.nw, g.light)) * static_cast<int64_t>(sms);
+  if (f.parts > 1) {
+    NVFP4_CHECK(!partial_chunk && kc / f.parts >= 2 * f.wk,
+                what + ": a split needs K a multiple of 64 and >= 2 chunks per warp in each part (" +
+                    std::to_string(kc) + " chunks)");
+    g.split_parts = f.parts;
+    g.split_rows = rows;
+    g.blocks = rows * f.parts;
+    NVFP4_CHECK(split_fits(g), what + ": the split's slots do not fit the workspace");
   }
   return g;
 }

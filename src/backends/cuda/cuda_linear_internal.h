@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "backends/cuda/cuda_linear.h"
 #include "backends/cuda/dequant_bits.h"
@@ -34,8 +35,9 @@ void set_weight_tile_rows(CudaLinear& l, int rows);
 // wave; 8: as 7 with the light kernels wherever they exist at M <= 16; 9: as 7 with the wgmma kernel's blocks of
 // 128 rows wherever it runs; 10: as 7 with the decode kernel's wide form (decode_grid) at M <= 8 where it
 // applies; 11: as 10, and the wide form of the light 16-token kernel at M = 9-16; 12: as 11 with the wgmma kernel's
-// blocks of 192 rows wherever it runs; 13 (the default): as 11 with the decode kernel's tail split (decode_grid)
-// (docs/PERF.md).
+// blocks of 192 rows wherever it runs; 13: as 11 with the decode kernel's tail split (decode_grid); 14: as 13, and a decode grid of more than two waves (M <= 16) takes the smaller K split (a power of two) at which
+// its blocks make one wave of >= 80% of the slots, where there is one (docs/PERF.md). The default: 13 or 14 by
+// default_grid_rule.
 void set_fused_grid_rule(CudaLinear& l, int rule);
 // W4A4 at M = 1: the decode kernel quantizes the activation row itself where row_quant_pays (true, the default),
 // or a quantizer kernel runs before it as at other M (false; measurements, tests).
@@ -70,6 +72,33 @@ DecodeGrid decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, int rule,
 // quantizer kernel (host rule): one token tile, the 8 warps' K ranges in at most 32 KB of shared memory, and at
 // most 12288 values quantized per SM over all blocks (each block quantizes the whole row; measured crossover).
 bool row_quant_pays(const DecodeGrid& g, int64_t kc, int sms);
+
+// The grid rule a device runs by default (set_fused_grid_rule's numbering), from its memory bandwidth per SM
+// (bytes/s: the memory clock's two transfers per cycle times the bus width, over the SMs; 0 when unknown): rule 14
+// below kLongBlockMaxBandwidthPerSm, rule 13 at and above it. Rule 14's one wave of longer blocks was 7-17% faster on
+// an H100 SXM (3.35 TB/s over 132 SMs: 25 GB/s per SM) on the layers it changes; on an H200 (4.8 TB/s: 36 GB/s per
+// SM) that grid was 2.7% slower on 57344x8192 at M = 1 in the one measurement there (docs/PERF.md, changes 36 and
+// 107). The bound lies between the two.
+inline constexpr double kLongBlockMaxBandwidthPerSm = 30e9;
+int default_grid_rule(double bytes_per_s_per_sm);
+
+// Measurements: the decode kernel's grid forced for every call that runs it: nw weight tiles per warp (1, 2 or 4;
+// at most 2 for 32-token tiles), K split over wk warps of a block (1, 2, 4, 8, or kWideWarps: the wide form), the
+// light variant, and every block row split into `parts` blocks over consecutive K ranges (the tail split's
+// finishing step, on all rows); nw = 0: the grid rule's. A call whose token tiles have no such kernel, or whose
+// split the workspace or K cannot take, is refused with a one-line error.
+struct ForcedDecodeGrid {
+  int nw = 0, wk = 8;
+  bool light = false;
+  int parts = 1;
+};
+void set_forced_decode_grid(CudaLinear& l, const ForcedDecodeGrid& g);
+// forced's grid for m rows (host rule, no device needed; throws where no kernel or split fits, as above).
+DecodeGrid forced_decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, const ForcedDecodeGrid& f,
+                              bool partial_chunk);
+// The decode grid of an m-row call, as "nt2 nw1 wk4 light split2x56" (token tiles, tiles per warp, K split, the
+// light variant, parts x split block rows); "-" where m does not run the decode kernel.
+std::string decode_grid_name(const CudaLinear& l, int64_t m);
 
 // Default crossover (largest M on the fused kernel) for a layer of this shape and semantics, on a device
 // that runs the wgmma kernel (M > 32) or not.

@@ -374,6 +374,76 @@ TEST(CudaLinear, TailSplitWithinBoundAndDeterministic) {
   }
 }
 
+// Rule 14's longer blocks on a grid that it changes: N = 64·(8·SMs - 40) - 3 rows (8·SMs - 40 four-tile groups: more
+// than two waves of 2·SMs blocks at a K split of 8, 2·SMs - 10 blocks, one wave of >= 80%, at a split of 2), K = 1024,
+// every semantics, M = 1 and 16; within the bound on the first and last rows and bit-identical on a second call.
+TEST(CudaLinear, LongBlockRuleWithinBoundAndDeterministic) {
+  NVFP4_REQUIRE_GPU();
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  if (sms < 32) GTEST_SKIP() << "a GPU of " << sms << " SMs has no such grid worth testing";
+  const int64_t n = 64 * (8 * static_cast<int64_t>(sms) - 40) - 3, k = 1024;
+  ASSERT_LT(decode_grid(1, (n + 15) / 16, k / 64, sms, 14).wk, decode_grid(1, (n + 15) / 16, k / 64, sms, 13).wk);
+  uint32_t seed = 9400;
+  for (Semantics s : kAllSemantics) {
+    const LinearWeights w =
+        random_layer(n, k, scale_range(0x28, 0x5F), 2688.0f / 0.3f, true, 2688.0f / 7.0f, true, DType::BF16, seed++);
+    for (int64_t m : {1, 16}) {
+      const auto x = random_activations(DType::BF16, m, k, 1.0f, seed++);
+      const std::string what = label(s, DType::BF16, m, n, k) + "/grid14";
+      const std::vector<uint16_t> y = run_gpu(w, s, DType::BF16, x, m, 0, 14);
+      EXPECT_EQ(std::count_if(y.begin(), y.end(), [&](uint16_t v) { return std::isnan(from_bits16(DType::BF16, v)); }), 0)
+          << what << ": NaN (unwritten or poisoned) outputs";
+      check_y_rows(w, s, DType::BF16, x, m, y, 0, 256, what);
+      check_y_rows(w, s, DType::BF16, x, m, y, n - 256, n, what);
+      EXPECT_EQ(run_gpu(w, s, DType::BF16, x, m, 0, 14), y) << what << ": two calls differ";
+    }
+  }
+}
+
+// Forced decode grids (the bench's measurement grids), including every block row split over K (the tail split's
+// finishing step on all rows, not only the last ones): a layer of a partial last tile group, every semantics, bf16
+// and fp16, M = 1, 8, 13, 16 and 32 as each grid's kernel takes them; within the bound, every output written, and
+// bit-identical on a second call.
+TEST(CudaLinear, ForcedDecodeGridsWithinBoundAndDeterministic) {
+  NVFP4_REQUIRE_GPU();
+  struct Case {
+    ForcedDecodeGrid f;
+    std::vector<int64_t> ms;
+  };
+  auto forced = [](int nw, int wk, bool light, int parts) {
+    ForcedDecodeGrid f;
+    f.nw = nw;
+    f.wk = wk;
+    f.light = light;
+    f.parts = parts;
+    return f;
+  };
+  const Case cases[] = {{forced(1, 4, true, 2), {13, 16}}, {forced(2, 8, false, 2), {1, 16, 32}},
+                        {forced(4, 2, false, 4), {8, 16}},  {forced(1, 12, true, 2), {16}},
+                        {forced(1, 12, false, 2), {1}},     {forced(2, 4, true, 1), {1, 8}}};
+  const int64_t n = 16 * 83 - 5, k = 4096;
+  uint32_t seed = 9300;
+  for (DType t : {DType::BF16, DType::F16})
+    for (Semantics s : kAllSemantics) {
+      const LinearWeights w =
+          random_layer(n, k, scale_range(0x28, 0x5F), 2688.0f / 0.3f, true, 2688.0f / 7.0f, true, t, seed++);
+      for (const Case& c : cases)
+        for (int64_t m : c.ms) {
+          const auto x = random_activations(t, m, k, 1.0f, seed++);
+          const std::string what = label(s, t, m, n, k) + "/forced grid nw" + std::to_string(c.f.nw) + " wk" +
+                                   std::to_string(c.f.wk) + (c.f.light ? " light" : "") + " parts " +
+                                   std::to_string(c.f.parts);
+          const auto setup = [&](CudaLinear& l) { set_forced_decode_grid(l, c.f); };
+          const std::vector<uint16_t> y = run_gpu(w, s, t, x, m, 0, -1, -1, setup);
+          EXPECT_EQ(std::count_if(y.begin(), y.end(), [&](uint16_t v) { return std::isnan(from_bits16(t, v)); }), 0)
+              << what << ": NaN (unwritten or poisoned) outputs";
+          check_y_rows(w, s, t, x, m, y, 0, n, what);
+          EXPECT_EQ(run_gpu(w, s, t, x, m, 0, -1, -1, setup), y) << what << ": two calls differ";
+        }
+    }
+}
+
 // The vLLM flavour's decode kernel of 16-token tiles and four weight tiles per warp takes its activations through
 // a shared-memory ring (act_ring_chunks). A layer whose M = 9-16 grid is that kernel under the default rule (11):
 // N = 16·(8·SMs + 3) - 5 (over 90% of a wave of four-tile groups, a partial last group and a partial last tile),

@@ -432,6 +432,111 @@ TEST(CudaDecodeGrid, TailSplitWhereOneWaveLeavesFewSmsABlockMore) {
   EXPECT_TRUE(decode_grid(1, 640, 128, 132, 13).light);
 }
 
+// Rule 14: a decode grid of more than two waves takes the K split at which its blocks make one wave of >= 80% of the
+// slots, where there is one; other grids are rule 13's. 57344x8192 (3584 tiles, 128 chunks): 896 four-tile blocks at
+// a split of 8 (3.4 waves of 264) -> 224 at 2 (0.85 of a wave; 448 at 4 is 1.7 waves, 112 at 1 0.42); 128256x4096
+// (8016 tiles): 2004 -> 251 at 1; 36864x8192 (2304 tiles): 576 at 8, 288 at 4 (1.09 waves), 144 at 2 (0.55): none
+// fits, it keeps 8; 28672x4096 (1792 tiles) is one wave already.
+TEST(CudaDecodeGrid, LongBlocksWhereAGridNeedsMoreThanTwoWaves) {
+  for (int64_t m : {1, 8, 16}) {
+    const DecodeGrid g13 = decode_grid(m, 3584, 128, 132, 13, detail::Mode::Exact, false);
+    const DecodeGrid g14 = decode_grid(m, 3584, 128, 132, 14, detail::Mode::Exact, false);
+    EXPECT_EQ(g13.wk, 8) << m;
+    EXPECT_EQ(g13.blocks, 896) << m;
+    EXPECT_EQ(g14.nw, 4) << m;
+    EXPECT_EQ(g14.wk, 2) << m;
+    EXPECT_EQ(g14.blocks, 224) << m;
+    EXPECT_EQ(g14.split_parts, 1) << m;
+  }
+  EXPECT_EQ(decode_grid(1, 4064, 16, 132, 14).wk, 2);  // the GPU test's layer (8·132 - 40 groups, K = 1024)
+  EXPECT_EQ(decode_grid(1, 4064, 16, 132, 14).blocks, 254);
+  EXPECT_EQ(decode_grid(16, 4064, 16, 132, 14).wk, 2);
+  EXPECT_EQ(decode_grid(1, 8016, 64, 132, 14).wk, 1);
+  EXPECT_EQ(decode_grid(1, 8016, 64, 132, 14).blocks, 251);
+  EXPECT_EQ(decode_grid(16, 8016, 64, 132, 14).wk, 1);
+  EXPECT_EQ(decode_grid(1, 2304, 128, 132, 14).wk, 8);
+  EXPECT_EQ(decode_grid(16, 2304, 128, 132, 14).blocks, decode_grid(16, 2304, 128, 132, 13).blocks);
+  for (int64_t n16 : {1792, 640, 256, 2004, 2304, 8016})
+    for (int64_t m : {1, 16}) {
+      const DecodeGrid g13 = decode_grid(m, n16, 64, 132, 13, detail::Mode::Exact, false);
+      const DecodeGrid g14 = decode_grid(m, n16, 64, 132, 14, detail::Mode::Exact, false);
+      if (g13.blocks > 2 * g13.slots) {
+        EXPECT_TRUE(g14.wk == g13.wk || (g14.blocks <= g14.slots && 5 * g14.blocks >= 4 * g14.slots))
+            << n16 << " m" << m;
+      } else {
+        EXPECT_EQ(g14.wk, g13.wk) << n16 << " m" << m;
+        EXPECT_EQ(g14.blocks, g13.blocks) << n16 << " m" << m;
+      }
+    }
+  // The default by bandwidth per SM: an H100 SXM's 3.35 TB/s over 132 SMs takes rule 14, an H200's 4.8 TB/s rule 13,
+  // an unknown bandwidth rule 13.
+  EXPECT_EQ(default_grid_rule(3.35e12 / 132), 14);
+  EXPECT_EQ(default_grid_rule(4.8e12 / 132), 13);
+  EXPECT_EQ(default_grid_rule(0), 13);
+  // 40 token rows run 32-token tiles: rule 13's grid.
+  EXPECT_EQ(decode_grid(40, 3584, 128, 132, 14).wk, decode_grid(40, 3584, 128, 132, 13).wk);
+}
+
+// A forced decode grid (measurements): the blocks of the grid asked for, worked out by hand, and a one-line
+// refusal for what has no kernel or no room. 640 tiles and 128 chunks (10240x8192), 132 SMs.
+TEST(CudaDecodeGrid, ForcedGridCountsItsBlocksAndRefusesWhatHasNoKernel) {
+  auto forced = [](int nw, int wk, bool light, int parts) {
+    ForcedDecodeGrid f;
+    f.nw = nw;
+    f.wk = wk;
+    f.light = light;
+    f.parts = parts;
+    return f;
+  };
+  struct Case {
+    int64_t m;
+    ForcedDecodeGrid f;
+    int nt;
+    int64_t blocks, slots, split_rows;
+  };
+  const Case cases[] = {
+      {16, forced(1, 4, true, 1), 2, 320, 396, 0},      // 640 groups, 2 per block of 8 warps
+      {16, forced(1, 4, true, 2), 2, 640, 396, 320},    // ... every row in 2 parts
+      {16, forced(2, 8, false, 1), 2, 320, 264, 0},     // 320 groups, 1 per block
+      {16, forced(4, 2, false, 4), 2, 160, 264, 40},    // 160 groups, 4 per block, 4 parts
+      {16, forced(1, 12, true, 1), 2, 640, 264, 0},     // the wide form: one tile per block, 2 per SM
+      {1, forced(2, 8, true, 1), 1, 320, 396, 0},       // the light two-tile kernel
+      {1, forced(1, 12, false, 3), 1, 1920, 264, 640},  // wide form, 3 parts of 128 / 3 = 42 chunks >= 24
+      {32, forced(2, 1, false, 1), 4, 40, 264, 0}};     // 320 groups, 8 per block
+  for (const Case& c : cases) {
+    const std::string what = "m" + std::to_string(c.m) + " nw" + std::to_string(c.f.nw) + " wk" +
+                             std::to_string(c.f.wk) + (c.f.light ? " light" : "") + " parts " + std::to_string(c.f.parts);
+    const DecodeGrid g = forced_decode_grid(c.m, 640, 128, 132, c.f, false);
+    EXPECT_EQ(g.nt, c.nt) << what;
+    EXPECT_EQ(g.nw, c.f.nw) << what;
+    EXPECT_EQ(g.wk, c.f.wk) << what;
+    EXPECT_EQ(g.light, c.f.light) << what;
+    EXPECT_EQ(g.blocks, c.blocks) << what;
+    EXPECT_EQ(g.slots, c.slots) << what;
+    EXPECT_EQ(g.split_parts, c.f.parts) << what;
+    EXPECT_EQ(g.split_rows, c.split_rows) << what;
+  }
+  auto refused = [](int64_t m, const ForcedDecodeGrid& f, int64_t kc, bool partial, const char* why) {
+    try {
+      forced_decode_grid(m, 640, kc, 132, f, partial);
+      ADD_FAILURE() << "accepted: " << why;
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("forced decode grid"), std::string::npos) << msg;
+      EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    }
+  };
+  refused(32, forced(4, 8, false, 1), 128, false, "four tiles per warp with 32-token tiles");
+  refused(1, forced(1, 8, true, 1), 128, false, "no light one-tile kernel for one token tile");
+  refused(16, forced(2, 8, true, 1), 128, false, "no light two-tile kernel for 16 tokens");
+  refused(16, forced(2, 12, false, 1), 128, false, "no wide form with two tiles");
+  refused(16, forced(1, 3, false, 1), 128, false, "a K split of 3");
+  refused(1, forced(1, 8, false, 2), 128, true, "a split with K not a multiple of 64");
+  refused(1, forced(1, 8, false, 16), 128, false, "parts of 8 chunks over 8 warps");
+  refused(1, forced(1, 8, false, 1), 9, true, "9 chunks, the last partial, over 8 warps: the last gets none");
+  refused(16, forced(4, 1, false, 8), 128, false, "160 groups x 8 parts of 4 KB slots: more than the workspace");
+}
+
 // W4A4 at M = 1, the decode kernel quantizing the row itself or a quantizer kernel before it (row_quant_pays),
 // on the default grid: the bench layers on either side of the measured crossover of 12288 values per SM (blocks
 // x 8 warps x their K range), layers whose K ranges take more than 32 KB of shared memory, small models' layers,
