@@ -411,17 +411,9 @@ TEST(CudaLinear, ForcedDecodeGridsWithinBoundAndDeterministic) {
     ForcedDecodeGrid f;
     std::vector<int64_t> ms;
   };
-  auto forced = [](int nw, int wk, bool light, int parts) {
-    ForcedDecodeGrid f;
-    f.nw = nw;
-    f.wk = wk;
-    f.light = light;
-    f.parts = parts;
-    return f;
-  };
-  const Case cases[] = {{forced(1, 4, true, 2), {13, 16}}, {forced(2, 8, false, 2), {1, 16, 32}},
-                        {forced(4, 2, false, 4), {8, 16}},  {forced(1, 12, true, 2), {16}},
-                        {forced(1, 12, false, 2), {1}},     {forced(2, 4, true, 1), {1, 8}}};
+  const Case cases[] = {{ForcedDecodeGrid{1, 4, true, 2}, {13, 16}}, {ForcedDecodeGrid{2, 8, false, 2}, {1, 16, 32}},
+                        {ForcedDecodeGrid{4, 2, false, 4}, {8, 16}},  {ForcedDecodeGrid{1, 12, true, 2}, {16}},
+                        {ForcedDecodeGrid{1, 12, false, 2}, {1}},     {ForcedDecodeGrid{2, 4, true, 1}, {1, 8}}};
   const int64_t n = 16 * 83 - 5, k = 4096;
   uint32_t seed = 9300;
   for (DType t : {DType::BF16, DType::F16})

@@ -480,14 +480,6 @@ TEST(CudaDecodeGrid, LongBlocksWhereAGridNeedsMoreThanTwoWaves) {
 // A forced decode grid (measurements): the blocks of the grid asked for, worked out by hand, and a one-line
 // refusal for what has no kernel or no room. 640 tiles and 128 chunks (10240x8192), 132 SMs.
 TEST(CudaDecodeGrid, ForcedGridCountsItsBlocksAndRefusesWhatHasNoKernel) {
-  auto forced = [](int nw, int wk, bool light, int parts) {
-    ForcedDecodeGrid f;
-    f.nw = nw;
-    f.wk = wk;
-    f.light = light;
-    f.parts = parts;
-    return f;
-  };
   struct Case {
     int64_t m;
     ForcedDecodeGrid f;
@@ -495,14 +487,14 @@ TEST(CudaDecodeGrid, ForcedGridCountsItsBlocksAndRefusesWhatHasNoKernel) {
     int64_t blocks, slots, split_rows;
   };
   const Case cases[] = {
-      {16, forced(1, 4, true, 1), 2, 320, 396, 0},      // 640 groups, 2 per block of 8 warps
-      {16, forced(1, 4, true, 2), 2, 640, 396, 320},    // ... every row in 2 parts
-      {16, forced(2, 8, false, 1), 2, 320, 264, 0},     // 320 groups, 1 per block
-      {16, forced(4, 2, false, 4), 2, 160, 264, 40},    // 160 groups, 4 per block, 4 parts
-      {16, forced(1, 12, true, 1), 2, 640, 264, 0},     // the wide form: one tile per block, 2 per SM
-      {1, forced(2, 8, true, 1), 1, 320, 396, 0},       // the light two-tile kernel
-      {1, forced(1, 12, false, 3), 1, 1920, 264, 640},  // wide form, 3 parts of 128 / 3 = 42 chunks >= 24
-      {32, forced(2, 1, false, 1), 4, 40, 264, 0}};     // 320 groups, 8 per block
+      {16, ForcedDecodeGrid{1, 4, true, 1}, 2, 320, 396, 0},      // 640 groups, 2 per block of 8 warps
+      {16, ForcedDecodeGrid{1, 4, true, 2}, 2, 640, 396, 320},    // ... every row in 2 parts
+      {16, ForcedDecodeGrid{2, 8, false, 1}, 2, 320, 264, 0},     // 320 groups, 1 per block
+      {16, ForcedDecodeGrid{4, 2, false, 4}, 2, 160, 264, 40},    // 160 groups, 4 per block, 4 parts
+      {16, ForcedDecodeGrid{1, 12, true, 1}, 2, 640, 264, 0},     // the wide form: one tile per block, 2 per SM
+      {1, ForcedDecodeGrid{2, 8, true, 1}, 1, 320, 396, 0},       // the light two-tile kernel
+      {1, ForcedDecodeGrid{1, 12, false, 3}, 1, 1920, 264, 640},  // wide form, 3 parts of 128 / 3 = 42 chunks >= 24
+      {32, ForcedDecodeGrid{2, 1, false, 1}, 4, 40, 264, 0}};     // 320 groups, 8 per block
   for (const Case& c : cases) {
     const std::string what = "m" + std::to_string(c.m) + " nw" + std::to_string(c.f.nw) + " wk" +
                              std::to_string(c.f.wk) + (c.f.light ? " light" : "") + " parts " + std::to_string(c.f.parts);
@@ -526,15 +518,15 @@ TEST(CudaDecodeGrid, ForcedGridCountsItsBlocksAndRefusesWhatHasNoKernel) {
       EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
     }
   };
-  refused(32, forced(4, 8, false, 1), 128, false, "four tiles per warp with 32-token tiles");
-  refused(1, forced(1, 8, true, 1), 128, false, "no light one-tile kernel for one token tile");
-  refused(16, forced(2, 8, true, 1), 128, false, "no light two-tile kernel for 16 tokens");
-  refused(16, forced(2, 12, false, 1), 128, false, "no wide form with two tiles");
-  refused(16, forced(1, 3, false, 1), 128, false, "a K split of 3");
-  refused(1, forced(1, 8, false, 2), 128, true, "a split with K not a multiple of 64");
-  refused(1, forced(1, 8, false, 16), 128, false, "parts of 8 chunks over 8 warps");
-  refused(1, forced(1, 8, false, 1), 9, true, "9 chunks, the last partial, over 8 warps: the last gets none");
-  refused(16, forced(4, 1, false, 8), 128, false, "160 groups x 8 parts of 4 KB slots: more than the workspace");
+  refused(32, ForcedDecodeGrid{4, 8, false, 1}, 128, false, "four tiles per warp with 32-token tiles");
+  refused(1, ForcedDecodeGrid{1, 8, true, 1}, 128, false, "no light one-tile kernel for one token tile");
+  refused(16, ForcedDecodeGrid{2, 8, true, 1}, 128, false, "no light two-tile kernel for 16 tokens");
+  refused(16, ForcedDecodeGrid{2, 12, false, 1}, 128, false, "no wide form with two tiles");
+  refused(16, ForcedDecodeGrid{1, 3, false, 1}, 128, false, "a K split of 3");
+  refused(1, ForcedDecodeGrid{1, 8, false, 2}, 128, true, "a split with K not a multiple of 64");
+  refused(1, ForcedDecodeGrid{1, 8, false, 16}, 128, false, "parts of 8 chunks over 8 warps");
+  refused(1, ForcedDecodeGrid{1, 8, false, 1}, 9, true, "9 chunks, the last partial, over 8 warps: the last gets none");
+  refused(16, ForcedDecodeGrid{4, 1, false, 8}, 128, false, "160 groups x 8 parts of 4 KB slots: more than the workspace");
 }
 
 // W4A4 at M = 1, the decode kernel quantizing the row itself or a quantizer kernel before it (row_quant_pays),
