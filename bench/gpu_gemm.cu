@@ -197,11 +197,14 @@ int main(int argc, char** argv) {
         for (size_t a = 0; a <= spec.size() && !bad; ++field) {  // fields between dots
           const size_t b = std::min(spec.find('.', a), spec.size());
           const std::string t = spec.substr(a, b - a);
-          const int v = t.empty() ? 0 : std::atoi(t.c_str() + (t[0] == 'p' ? 1 : 0));
-          if (field == 0) g.nw = v;
-          else if (field == 1) g.wk = v;
-          else if (t == "l") g.light = true;
-          else if (t.size() > 1 && t[0] == 'p') g.parts = v;
+          const char* digits = t.c_str() + (field >= 2 && !t.empty() && t[0] == 'p' ? 1 : 0);
+          char* e = nullptr;
+          const long v = std::strtol(digits, &e, 10);
+          const bool number = e != digits && *e == '\0';  // the whole field is a number
+          if (field == 0 && number) g.nw = static_cast<int>(v);
+          else if (field == 1 && number) g.wk = static_cast<int>(v);
+          else if (field >= 2 && t == "l") g.light = true;
+          else if (field >= 2 && t[0] == 'p' && number) g.parts = static_cast<int>(v);
           else bad = true;
           a = b + 1;
         }

@@ -628,6 +628,16 @@ bool row_quant_pays(const DecodeGrid& g, int64_t kc, int sms) {
   return g.nt == 1 && smem <= kRowQuantMaxSmem && g.blocks * (smem / 2) <= kRowQuantMaxValuesPerSm * sms;
 }
 
+namespace {
+// Token tiles of 8 rows per block of the decode kernel for m rows: 1, 2 or 4 (8, 16 or 32 tokens).
+int decode_token_tiles(int64_t m) { return m <= 8 ? 1 : m <= 16 ? 2 : 4; }
+// Blocks of a decode grid of `groups` tile groups (nw tiles each) per token-tile row, K split over wk warps: a block
+// takes decode_block_warps(wk) / wk groups (one in the wide form).
+int64_t decode_blocks(int64_t mblocks, int64_t groups, int wk) {
+  return mblocks * ceil_div(groups, int64_t{detail::decode_block_warps(wk) / wk});
+}
+}  // namespace
+
 int default_grid_rule(double bytes_per_s_per_sm) {
   return bytes_per_s_per_sm > 0 && bytes_per_s_per_sm < kLongBlockMaxBandwidthPerSm ? 14 : 13;
 }
@@ -643,7 +653,7 @@ DecodeGrid decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, int rule, de
   const bool wide = rule == 10 || rule == 11, wide16 = rule == 11;
   if (wide) rule = 7;
   DecodeGrid g;
-  g.nt = m <= 8 ? 1 : m <= 16 ? 2 : 4;
+  g.nt = decode_token_tiles(m);
   const int nt = g.nt;
   const int64_t mblocks = ceil_div(m, 8 * nt);
   // light2: the two-tile kernel of one token tile that fits 3 blocks per SM (rules 7 and 8).
@@ -688,7 +698,7 @@ DecodeGrid decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, int rule, de
   // largest split (>= 2 chunks per warp), whose many short blocks leave a smaller last wave.
   const int64_t groups = ceil_div(n16, nw);
   int wk = 1;
-  while (wk < max_wk && mblocks * ceil_div(groups, 8 / wk) < slots(nw)) wk *= 2;
+  while (wk < max_wk && decode_blocks(mblocks, groups, wk) < slots(nw)) wk *= 2;
   if (rule >= 2 && nt <= 2) wk = max_wk;
   // Rule 7 on, M <= 16: a grid that needs 1-2 waves at that split runs half of it, one wave of blocks twice as
   // long, where that still fills >= 80% of the wave: 2 or 4 tiles per warp on the 2-blocks-per-SM kernel
@@ -701,7 +711,7 @@ DecodeGrid decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, int rule, de
   const int64_t wave = nt == 2 && nw == 1 ? detail::fused_blocks_per_sm(nt, nw, true) * static_cast<int64_t>(sms)
                                           : slots(nw);
   const bool halve_kind = (nw > 1 && slots(nw) == 2ll * sms) || (nt == 2 && nw == 1 && mode == detail::Mode::Exact);
-  if (rule >= 7 && nt <= 2 && halve_kind && wk > 1 && mblocks * ceil_div(groups, 8 / wk) > wave &&
+  if (rule >= 7 && nt <= 2 && halve_kind && wk > 1 && decode_blocks(mblocks, groups, wk) > wave &&
       half_split_blocks <= wave && 5 * half_split_blocks >= 4 * wave)
     wk /= 2;
   // Rule 14, M <= 16 (at M = 9-16 in the exact-weight mode only): a grid of more than two waves at that split takes
@@ -711,9 +721,9 @@ DecodeGrid decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, int rule, de
   // and 127.3 -> 119.2; 57344x4096 50.8 -> 45.1 and 59.1 -> 49.1; the vLLM flavour's 16-token four-tile kernel
   // 125.4 -> 132.7 on 57344x8192, which is why it keeps rule 13's grid.
   if (long_blocks && (nt == 1 || mode == detail::Mode::Exact) && nt <= 2 &&
-      mblocks * ceil_div(groups, 8 / wk) > 2 * slots(nw)) {
+      decode_blocks(mblocks, groups, wk) > 2 * slots(nw)) {
     for (int w = wk / 2; w >= 1; w /= 2) {
-      const int64_t b = mblocks * ceil_div(groups, 8 / w);
+      const int64_t b = decode_blocks(mblocks, groups, w);
       if (b <= slots(nw) && 5 * b >= 4 * slots(nw)) {
         wk = w;
         break;
@@ -730,7 +740,7 @@ DecodeGrid decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, int rule, de
   wk = fit_partial(wk);
   g.nw = nw;
   g.wk = wk;
-  g.blocks = mblocks * ceil_div(groups, 8 / wk);
+  g.blocks = decode_blocks(mblocks, groups, wk);
   g.slots = slots(nw);
   g.light = light2;
   // Rule 7 on, M <= 8, the vLLM flavour's power-of-two form: a grid of 4 tiles per warp in one wave of the
@@ -785,7 +795,7 @@ DecodeGrid decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, int rule, de
 DecodeGrid forced_decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, const ForcedDecodeGrid& f,
                               bool partial_chunk) {
   DecodeGrid g;
-  g.nt = m <= 8 ? 1 : m <= 16 ? 2 : 4;
+  g.nt = decode_token_tiles(m);
   const std::string what = "cuda linear: forced decode grid nw " + std::to_string(f.nw) + " wk " +
                            std::to_string(f.wk) + (f.light ? " light" : "") + " parts " + std::to_string(f.parts) +
                            " at " + std::to_string(8 * g.nt) + "-token tiles";
@@ -802,8 +812,7 @@ DecodeGrid forced_decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, const
   g.nw = f.nw;
   g.wk = f.wk;
   g.light = f.light;
-  const int64_t groups = ceil_div(n16, int64_t{f.nw});
-  const int64_t rows = wide ? groups : ceil_div(groups, int64_t{8 / f.wk});
+  const int64_t rows = decode_blocks(1, ceil_div(n16, int64_t{f.nw}), f.wk);  // block rows of one token tile row
   g.blocks = ceil_div(m, int64_t{8 * g.nt}) * rows;
   g.slots = (wide ? 2 : detail::fused_blocks_per_sm(g.nt, g.nw, g.light)) * static_cast<int64_t>(sms);
   if (f.parts > 1) {

@@ -35,9 +35,9 @@ void set_weight_tile_rows(CudaLinear& l, int rows);
 // wave; 8: as 7 with the light kernels wherever they exist at M <= 16; 9: as 7 with the wgmma kernel's blocks of
 // 128 rows wherever it runs; 10: as 7 with the decode kernel's wide form (decode_grid) at M <= 8 where it
 // applies; 11: as 10, and the wide form of the light 16-token kernel at M = 9-16; 12: as 11 with the wgmma kernel's
-// blocks of 192 rows wherever it runs; 13: as 11 with the decode kernel's tail split (decode_grid); 14: as 13, and a decode grid of more than two waves (M <= 16) takes the smaller K split (a power of two) at which
-// its blocks make one wave of >= 80% of the slots, where there is one (docs/PERF.md). The default: 13 or 14 by
-// default_grid_rule.
+// blocks of 192 rows wherever it runs; 13: as 11 with the decode kernel's tail split (decode_grid); 14: as 13, and
+// a decode grid of more than two waves (M <= 16) takes the smaller K split (a power of two) at which its blocks make
+// one wave of >= 80% of the slots, where there is one (docs/PERF.md). The default: 13 or 14 by default_grid_rule.
 void set_fused_grid_rule(CudaLinear& l, int rule);
 // W4A4 at M = 1: the decode kernel quantizes the activation row itself where row_quant_pays (true, the default),
 // or a quantizer kernel runs before it as at other M (false; measurements, tests).
