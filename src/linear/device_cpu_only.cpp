@@ -16,5 +16,7 @@ DeviceInfo query_device(int) { return DeviceInfo::cpu(kNoCuda); }
 
 BuildInfo query_build() { return BuildInfo{}; }
 
+bool programmatic_launch_supported(int) { return false; }
+
 }  // namespace nvfp4
 #endif

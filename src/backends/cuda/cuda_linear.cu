@@ -248,9 +248,7 @@ class CudaLinearImpl final : public CudaLinear {
     check_cuda(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device), "cudaDeviceGetAttribute");
     default_rule_ = default_grid_rule(2.0 * mem_khz * 1e3 * bus_bits / 8.0 / std::max(sms_, 1));
     wgmma_ = detail::wgmma_available(device);
-    int major = 0;
-    check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
-    programmatic_ = major >= 9;
+    programmatic_ = programmatic_launch_supported(device);
     set_fused_max_m(-1);
     keep_pool_memory(device);
   }

@@ -127,6 +127,7 @@ __device__ __forceinline__ void pdl_wait() {
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
 }
+// Which launches may carry the attribute: device_info.h's programmatic_launch_supported.
 
 // Raises kKernel's dynamic shared-memory limit on the current device to `bytes` (launches above 48 KB need it)
 // the first time a launch there asks for that much; later launches only read a per-device flag.

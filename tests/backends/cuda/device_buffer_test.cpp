@@ -1,4 +1,5 @@
-// The executors' shared host-side pieces (device_buffer.cuh): the current-device guard and the bias upload.
+// The executors' shared host-side pieces (device_buffer.cuh, device_info.h): the current-device guard, the bias
+// upload and the choice of programmatic launches.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
@@ -6,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backends/cuda/device/device_info.h"
 #include "backends/cuda/device_buffer.cuh"
 #include "common/error.h"
 #include "cuda_test_util.h"
@@ -41,6 +43,23 @@ TEST(CudaDeviceGuard, ThrowsForAMissingDeviceAndRestoresTheCallersDevice) {
   ASSERT_EQ(cudaGetDevice(&cur), cudaSuccess);
   EXPECT_EQ(cur, 1);
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+}
+
+// Launches carry the programmatic-serialization attribute only where the kernels wait for the kernel before
+// them: the device is sm_90+ and the build carries sm_90+ code that runs on it (derived here from the build's
+// architecture list, the function asks the driver which image it runs). A build whose only image for a Hopper
+// GPU is compute_80 PTX, the way docs/TESTING.md runs the sm_80 code there, must say no: its kernels have no
+// grid-dependency wait.
+TEST(CudaProgrammaticLaunch, OnlyWhereTheRunningImageWasCompiledForSm90) {
+  NVFP4_REQUIRE_GPU();
+  const DeviceInfo d = query_device(0);
+  const BuildInfo b = query_build();
+  bool sm90_code = false;
+  for (const CudaArch& a : b.cuda_archs)
+    if (a.sm >= 90 && archs_run_on({a}, d.cc())) sm90_code = true;
+  EXPECT_EQ(programmatic_launch_supported(0), d.cc_major >= 9 && sm90_code)
+      << d.describe() << ", built for " << b.archs_string();
+  EXPECT_FALSE(programmatic_launch_supported(999));  // no such device
 }
 
 // The uploaded bias is T(bias) as f32, bit for bit, for values that round differently in bf16 and fp16 (and

@@ -7,6 +7,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <sstream>
 #include <string>
@@ -115,6 +116,26 @@ DeviceInfo query_device(int index) {
     cudaSetDevice(prev);
   }
   return d;
+}
+
+bool programmatic_launch_supported(int index) {
+  static std::atomic<int> known[64];  // per device: 0 not asked yet, 1 no, 2 yes
+  if (index >= 0 && index < 64 && known[index].load(std::memory_order_relaxed) != 0)
+    return known[index].load(std::memory_order_relaxed) == 2;
+  bool yes = false;
+  int major = 0, prev = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index) == cudaSuccess && major >= 9 &&
+      cudaGetDevice(&prev) == cudaSuccess) {
+    cudaFuncAttributes attr{};
+    // The probe kernel has the -gencode list of every other kernel here: its ptxVersion is the architecture the
+    // running image was compiled for (90 for sm_90a SASS, 80 for compute_80 PTX compiled by the driver).
+    if (cudaSetDevice(index) == cudaSuccess && cudaFuncGetAttributes(&attr, nvfp4_arch_probe_kernel) == cudaSuccess)
+      yes = attr.ptxVersion >= 90;
+    cudaSetDevice(prev);
+  }
+  cudaGetLastError();
+  if (index >= 0 && index < 64) known[index].store(yes ? 2 : 1, std::memory_order_relaxed);
+  return yes;
 }
 
 BuildInfo query_build() {

@@ -71,6 +71,12 @@ int cuda_device_count(std::string* why = nullptr);
 DeviceInfo query_device(int index);
 // Describes this binary and the CUDA runtime / cuBLASLt it runs with. Never throws.
 BuildInfo query_build();
+// Whether this binary's kernels may be launched programmatically (programmatic stream serialization) on device
+// `index`: the device is sm_90+ and the image the driver runs there was compiled for sm_90+, so the kernels wait
+// for the kernel before them (cuda_util.cuh's pdl_wait). Code compiled for sm_80 and JIT-compiled from its PTX for
+// a newer GPU has no such wait and is launched in plain stream order. Asked of the driver once per device; never
+// throws; false in a CPU-only build.
+bool programmatic_launch_supported(int index);
 
 // ---- small pure helpers (inline so that every layer can use them without a link dependency) -----------
 inline std::string DeviceInfo::cc_string() const { return std::to_string(cc_major) + "." + std::to_string(cc_minor); }

@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "backends/cuda/cuda_util.cuh"
+#include "backends/cuda/device/device_info.h"
 #include "common/error.h"
 
 namespace nvfp4::cuda_ops {
@@ -114,8 +115,8 @@ using nvfp4::cuda::detail::pdl_wait;
 // in the stream (a linear, another op) still runs. Every op kernel therefore begins with pdl_wait, before
 // which it reads only what no kernel writes (norm weights), and then calls pdl_launch_dependents, so that the
 // kernel after it (an NVFP4 linear streams its first weights before it waits) starts while it runs, and at
-// most one grid waits ahead of the running one. Below sm_90 (and for a kernel launched without the attribute)
-// pdl_wait returns at once and the launches are ordinary.
+// most one grid waits ahead of the running one. Below sm_90, and where the image that runs was compiled for an
+// earlier architecture (programmatic_launch_supported), the launches are ordinary (pdl_wait returns at once).
 // An attribute of the current device, read once per device (cache: value + 1 per device, 0 = not read yet).
 int current_device_attribute(cudaDeviceAttr a, std::atomic<int> (&cache)[64]) {
   int dev = 0;
@@ -127,8 +128,9 @@ int current_device_attribute(cudaDeviceAttr a, std::atomic<int> (&cache)[64]) {
   return v;
 }
 bool programmatic_here() {
-  static std::atomic<int> major[64];
-  return current_device_attribute(cudaDevAttrComputeCapabilityMajor, major) >= 9;
+  int dev = 0;
+  check(cudaGetDevice(&dev), "cudaGetDevice");
+  return programmatic_launch_supported(dev);
 }
 int sms_here() {
   static std::atomic<int> sms[64];
