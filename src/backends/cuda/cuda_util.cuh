@@ -116,7 +116,8 @@ __device__ __forceinline__ float residual_value(float x, float y, Round round_t)
 // Programmatic dependent launch (sm_90+; no-ops below): a kernel launched with the programmatic-serialization
 // attribute may start while the previous kernel in the stream still runs, once every block of that kernel
 // has called pdl_launch_dependents (or exited); pdl_wait blocks until the previous kernel has completed and
-// its memory is visible. A kernel launched without the attribute returns from pdl_wait at once.
+// its memory is visible. A kernel launched without the attribute returns from pdl_wait at once. Which launches
+// carry the attribute: device_info.h's programmatic_launch_supported.
 __device__ __forceinline__ void pdl_launch_dependents() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
@@ -127,7 +128,6 @@ __device__ __forceinline__ void pdl_wait() {
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
 }
-// Which launches may carry the attribute: device_info.h's programmatic_launch_supported.
 
 // Raises kKernel's dynamic shared-memory limit on the current device to `bytes` (launches above 48 KB need it)
 // the first time a launch there asks for that much; later launches only read a per-device flag.
