@@ -532,7 +532,7 @@ class CudaLinearImpl final : public CudaLinear {
   ForcedDecodeGrid forced_grid_;  // nw = 0: the grid rule's
   int forced_split_rb0_ = 0;  // and its first split row block
   bool wgmma_ = false;  // the device runs the sm_90a wgmma kernel
-  bool programmatic_ = false;  // the device has programmatic dependent launch (sm_90+)
+  bool programmatic_ = false;  // programmatic_launch_supported on the layer's device
   mutable std::mutex mu_;
 };
 

@@ -22,6 +22,28 @@ __global__ void nvfp4_arch_probe_kernel(int* out) {
   if (out) *out = 1;
 }
 
+// What the driver says of the image of this binary it runs on device `index` (the probe kernel's attributes;
+// the caller's device is restored). made_current false: the device could not be made current, nothing asked.
+struct ImageProbe {
+  bool made_current = false;
+  cudaError_t e = cudaSuccess;
+  cudaFuncAttributes attr{};
+};
+ImageProbe probe_image(int index) {
+  ImageProbe r;
+  int prev = 0;
+  cudaGetDevice(&prev);
+  if (cudaSetDevice(index) != cudaSuccess) {
+    cudaGetLastError();
+    return r;
+  }
+  r.made_current = true;
+  r.e = cudaFuncGetAttributes(&r.attr, nvfp4_arch_probe_kernel);
+  if (r.e != cudaSuccess) cudaGetLastError();
+  cudaSetDevice(prev);
+  return r;
+}
+
 std::string err_string(cudaError_t e) { return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e); }
 
 // Why the runtime found no device, in the user's terms: an insufficient driver is usually no driver at all
@@ -101,19 +123,14 @@ DeviceInfo query_device(int index) {
   d.index = index;
 
   // Probe: does this binary carry an image that runs on this device?
-  int prev = 0;
-  cudaGetDevice(&prev);
-  if (cudaSetDevice(index) == cudaSuccess) {
-    cudaFuncAttributes attr{};
-    e = cudaFuncGetAttributes(&attr, nvfp4_arch_probe_kernel);
-    if (e == cudaSuccess) {
-      d.image_sm = attr.binaryVersion;
+  const ImageProbe probe = probe_image(index);
+  if (probe.made_current) {
+    if (probe.e == cudaSuccess) {
+      d.image_sm = probe.attr.binaryVersion;
     } else {
-      cudaGetLastError();
       d.image_sm = 0;
-      d.note = "no kernel image for " + d.sm_name() + " in this binary (" + err_string(e) + ")";
+      d.note = "no kernel image for " + d.sm_name() + " in this binary (" + err_string(probe.e) + ")";
     }
-    cudaSetDevice(prev);
   }
   return d;
 }
@@ -123,15 +140,12 @@ bool programmatic_launch_supported(int index) {
   if (index >= 0 && index < 64 && known[index].load(std::memory_order_relaxed) != 0)
     return known[index].load(std::memory_order_relaxed) == 2;
   bool yes = false;
-  int major = 0, prev = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index) == cudaSuccess && major >= 9 &&
-      cudaGetDevice(&prev) == cudaSuccess) {
-    cudaFuncAttributes attr{};
+  int major = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index) == cudaSuccess && major >= 9) {
     // The probe kernel has the -gencode list of every other kernel here: its ptxVersion is the architecture the
     // running image was compiled for (90 for sm_90a SASS, 80 for compute_80 PTX compiled by the driver).
-    if (cudaSetDevice(index) == cudaSuccess && cudaFuncGetAttributes(&attr, nvfp4_arch_probe_kernel) == cudaSuccess)
-      yes = attr.ptxVersion >= 90;
-    cudaSetDevice(prev);
+    const ImageProbe probe = probe_image(index);
+    yes = probe.made_current && probe.e == cudaSuccess && probe.attr.ptxVersion >= 90;
   }
   cudaGetLastError();
   if (index >= 0 && index < 64) known[index].store(yes ? 2 : 1, std::memory_order_relaxed);
