@@ -144,6 +144,7 @@ int main(int argc, char** argv) {
   bool quant = true, quantizer_rows = false;
   bool use_sem[3] = {true, true, true};  // per kSems entry
   int reps = 50;
+  int64_t wgmma_from = 0;  // --wgmma-from: the smallest M on the wgmma kernel (0: the default)
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) {
       shape_ids = {1, 5};
@@ -221,12 +222,15 @@ int main(int argc, char** argv) {
       quantizer_rows = true;
     } else if (!std::strcmp(argv[i], "--no-programmatic")) {
       cuda::set_programmatic_launch(false);
+    } else if (!std::strcmp(argv[i], "--wgmma-from") && i + 1 < argc) {
+      wgmma_from = std::atoll(argv[++i]);
     } else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
       reps = std::atoi(argv[++i]);
     } else {
       std::fprintf(stderr, "usage: bench_gemm [--quick] [--shapes 0,1,..] [--m 1,16,..] [--xover 32,..|none] [--grid-rules 0,1,2,3,4,5,6] "
                            "[--no-quant] [--no-programmatic] [--splits 1,2,..] [--tile-mb 16,32,..] [--custom NxK,..] "
-                           "[--quantizer-rows] [--semantics w4a16,w4a4,w4a4-vllm] [--decode-grids NW.WK[.l][.pN],..] [--reps N]\n");
+                           "[--quantizer-rows] [--semantics w4a16,w4a4,w4a4-vllm] [--decode-grids NW.WK[.l][.pN],..] "
+                           "[--wgmma-from M] [--reps N]\n");
       return 2;
     }
   }
@@ -308,6 +312,8 @@ int main(int argc, char** argv) {
     for (int si2 = 0; si2 < 3; ++si2)
       for (int r = 0; r < R && use_sem[si2]; ++r)
         lin[si2].push_back(cuda::create_prepared(w, f, kSems[si2], DType::BF16, 0));
+    for (auto& ls : lin)
+      for (auto& l : ls) cuda::set_wgmma_from(*l, wgmma_from);
     int64_t mmax = 1;
     for (int64_t v : ms) mmax = std::max(mmax, v);
     for (int64_t v : xover) mmax = std::max(mmax, v);

@@ -307,7 +307,8 @@ TEST(Select, WarningLoggedOncePerProcessNotPerLayer) {
   EXPECT_EQ(warnings[0], s.warning);
 }
 
-// The kernel the cuda executor runs for M > 32: the wgmma kernel only on 9.0 with sm_90a code in the binary.
+// The kernel the cuda executor runs for M > 32 (and M > 16 on large layers): the wgmma kernel only on 9.0 with
+// sm_90a code in the binary.
 TEST(Select, WgmmaKernelOnlyOnHopperWithSm90aCode) {
   EXPECT_TRUE(wgmma_kernel_capability(h200(), full_build()).ok);
   BuildInfo generic90 = full_build();
@@ -321,7 +322,8 @@ TEST(Select, WgmmaKernelOnlyOnHopperWithSm90aCode) {
   EXPECT_EQ(blackwell.brief, "sm_100 is not sm_90");
   EXPECT_FALSE(wgmma_kernel_capability(DeviceInfo::gpu("NVIDIA A100", 8, 0), full_build()).ok);
   EXPECT_FALSE(wgmma_kernel_capability(DeviceInfo::cpu(), full_build()).ok);
-  EXPECT_NE(explain_dispatch(h200(), full_build(), {}).find("M > 32 (prefill):    Hopper wgmma kernel"),
+  EXPECT_NE(explain_dispatch(h200(), full_build(), {})
+                .find("M > 32 (prefill):    Hopper wgmma kernel (from M = 17 on layers of >= 20 Mi weights)"),
             std::string::npos);
   EXPECT_NE(explain_dispatch(h200(), generic90, {}).find("no wgmma kernel: this binary has no sm_90a code"),
             std::string::npos);

@@ -250,6 +250,7 @@ class CudaLinearImpl final : public CudaLinear {
     wgmma_ = detail::wgmma_available(device);
     programmatic_ = programmatic_launch_supported(device);
     set_fused_max_m(-1);
+    set_wgmma_from(0);
     keep_pool_memory(device);
   }
   void set_tile_rows(int rows) {
@@ -259,6 +260,7 @@ class CudaLinearImpl final : public CudaLinear {
     chunk_rows_ = static_cast<int>(std::min<int64_t>(rows, n16_ * 16));
   }
   void set_grid_rule(int r) { grid_rule_ = r; }
+  void set_wgmma_from(int64_t m) { wgmma_from_ = m > 0 ? std::max<int64_t>(m, 17) : default_wgmma_from(n_, k_); }
   // The grid rule in force (set_fused_grid_rule's, or the default).
   int grid_rule() const { return grid_rule_ < 0 ? default_rule_ : grid_rule_; }
   // The decode kernel's grid rule (M <= 32): rules 9 and 12 differ from 7 and 11 only above that.
@@ -322,8 +324,9 @@ class CudaLinearImpl final : public CudaLinear {
   }
 
  private:
-  // The M > 32 calls that the fused path runs on the wgmma kernel (grid rules 3 and up, sm_90a).
-  bool wgmma_at(int64_t m) const { return m > 32 && grid_rule() >= 3 && wgmma_; }
+  // The calls of M >= wgmma_from_ (default_wgmma_from) that the fused path runs on the wgmma kernel (grid rules 3
+  // and up, sm_90a).
+  bool wgmma_at(int64_t m) const { return m >= wgmma_from_ && grid_rule() >= 3 && wgmma_; }
 
   void run_impl(const void* x, int64_t m, void* y, void* stream_v, Epilogue e) const {
     NVFP4_CHECK(m >= 0, "cuda linear: negative M " + std::to_string(m));
@@ -432,9 +435,9 @@ class CudaLinearImpl final : public CudaLinear {
     detail::launch_fused_gemm(p, act_, mode, g.nt, g.nw, g.light, stream);
   }
 
-  // M > 32 (rule 3, sm_90a): the activations permuted into the wgmma kernel's K order and token tiles, then that
-  // kernel; blocks of 256, 192 or 128 rows (wgmma_grid; rule 9 forces 128, 12 192, rules 4 and 5 256) and a K split
-  // (wgmma_split: over every row block, or over those of a last partial round only) where wgmma_time_us estimates
+  // M >= wgmma_from_ (rule 3, sm_90a): the activations permuted into the wgmma kernel's K order and token tiles, then
+  // that kernel; blocks of 256, 192 or 128 rows (wgmma_grid; rule 9 forces 128, 12 192, rules 4 and 5 256) and a K
+  // split (wgmma_split: over every row block, or over those of a last partial round only) where wgmma_time_us estimates
   // them faster.
   void wgmma(detail::GemmParams& p, detail::Mode mode, int rule, cudaStream_t stream) const {
     const int forced_rows = rule == 9 ? 128 : rule == 12 ? 192 : rule == 4 || rule == 5 ? 256 : 0;
@@ -529,6 +532,7 @@ class CudaLinearImpl final : public CudaLinear {
   int default_rule_ = 13;  // default_grid_rule of the device
   int row_quant_ = -1;  // W4A4 at M = 1, the decode kernel quantizing the row: -1 default (row_quant), 0 never
   int forced_splits_ = 0;  // wgmma kernel's K split, 0 = wgmma_split's
+  int64_t wgmma_from_ = 33;  // the smallest M on the wgmma kernel (default_wgmma_from, or set_wgmma_from's)
   ForcedDecodeGrid forced_grid_;  // nw = 0: the grid rule's
   int forced_split_rb0_ = 0;  // and its first split row block
   bool wgmma_ = false;  // the device runs the sm_90a wgmma kernel
@@ -585,6 +589,8 @@ void set_wgmma_splits(CudaLinear& l, int splits, int split_rb0) {
   dynamic_cast<CudaLinearImpl&>(l).set_splits(splits, split_rb0);
 }
 
+void set_wgmma_from(CudaLinear& l, int64_t m) { dynamic_cast<CudaLinearImpl&>(l).set_wgmma_from(m); }
+
 void set_weight_tile_rows(CudaLinear& l, int rows) { dynamic_cast<CudaLinearImpl&>(l).set_tile_rows(rows); }
 
 // Largest M on the fused kernel; above it, dequantized weight tiles + cuBLAS (docs/PERF.md, crossover).
@@ -596,14 +602,15 @@ constexpr int64_t kSmallLayerWeights = 48ll << 20, kMidLayerWeights = 200ll << 2
 
 int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k, bool wgmma) {
   const int64_t nk = n * k;
-  // Hopper: the wgmma kernel (M > 32) reads the weights once per 64-128 tokens and never writes a dequantized
-  // copy; it wins up to M = 512 on small layers (since its epilogue goes through shared memory, change 71: at 384
-  // and 512 0.84-0.93x the dequantize + cuBLAS path's time, 6144x4096 at 512 0.99-1.00x; at 768-2048
-  // 0.96-1.13x), 1536 on mid-size ones (2048 within 5% either way) and at least 2048 on large ones (0.84-0.94 there,
-  // not measured above); the vLLM flavour's per-weight f32 rounding made it lose from M = 384 on small layers,
-  // 512 on mid-size and (since change 47's faster dequantization) 768 on large ones (docs/PERF.md, changes 28
-  // and 52); its power-of-two form (change 55) speeds up both paths and its scan to M = 192 agrees on the small
-  // layers (the dequantize + cuBLAS path ahead at 192), so the flavour keeps these crossovers.
+  // Hopper: the wgmma kernel (M > 32, and M > 16 on layers of >= 20 Mi weights) reads the weights once per 64-128
+  // tokens and never writes a dequantized copy; it wins up to M = 512 on small layers (since its epilogue goes
+  // through shared memory, change 71: at 384 and 512 0.84-0.93x the dequantize + cuBLAS path's time, 6144x4096 at
+  // 512 0.99-1.00x; at 768-2048 0.96-1.13x), 1536 on mid-size ones (2048 within 5% either way) and at least 2048 on
+  // large ones (0.84-0.94 there, not measured above); the vLLM flavour's per-weight f32 rounding made it lose
+  // from M = 384 on small layers, 512 on mid-size and (since change 47's faster dequantization) 768 on large ones
+  // (docs/PERF.md, changes 28 and 52); its power-of-two form (change 55) speeds up both paths and its scan to
+  // M = 192 agrees on the small layers (the dequantize + cuBLAS path ahead at 192), so the flavour keeps these
+  // crossovers.
   if (wgmma && s != Semantics::W4A4_VLLM) return nk < kSmallLayerWeights ? 512 : nk < kMidLayerWeights ? 1536 : 2048;
   if (wgmma) return nk < kSmallLayerWeights ? 128 : nk < kMidLayerWeights ? 384 : 512;
   // Elsewhere the decode kernel with 32-token tiles: the exact-weight kernel (w4a16, and w4a4 on its
@@ -611,6 +618,15 @@ int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k, bool wgmma) {
   // flavour loses earlier on N = 4096 layers.
   if (s != Semantics::W4A4_VLLM) return nk < kSmallLayerWeights ? 64 : nk < kMidLayerWeights ? 96 : 128;
   return n < 6144 ? 32 : 64;
+}
+
+int64_t default_wgmma_from(int64_t n, int64_t k) {
+  // At M = 17-32 (bench_gemm --m 17,24,32 --xover none, with and without --wgmma-from 17, H100, every semantics) the
+  // wgmma kernel's one 64-token tile took 0.55-0.97x the time of the decode kernel's 32-token tiles on every bench
+  // layer of 24 Mi weights and more (6144x4096 0.74-0.80x, 8192x28672 0.55-0.65x), and 1.13-1.21x on 4096x4096
+  // (16 Mi), whose decode grid is one wave of short blocks while the wgmma path adds its permutation and split
+  // reduction (docs/PERF.md, change 110). The bound lies between the two.
+  return n * k >= kWgmmaFrom17MinWeights ? 17 : 33;
 }
 
 int64_t default_full_round_max_m(Semantics s, int64_t n, int64_t k, bool wgmma) {

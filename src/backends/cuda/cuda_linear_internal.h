@@ -25,8 +25,9 @@ void set_weight_tile_rows(CudaLinear& l, int rows);
 // Grid rule of the fused kernel (weight tiles per warp, K split): -1 default, 0 the earlier rule (tiles per
 // warp halved until >= 2 blocks per SM), 1 (M <= 16) tiles per warp kept while the largest K split fills >= 90%
 // of one wave, 2 (M <= 16) as 1 counting each kernel's own blocks per SM, always the largest K split;
-// 3: as 2, and M > 32 on the Hopper wgmma kernel where the device runs it (rules 0-2, and other devices, run
-// the decode kernel with 32-token tiles there); 4, 5: as 3 with blocks of 256 rows and 4 or 2 consumer warpgroups
+// 3: as 2, and M > 32 (M > 16 on layers of >= kWgmmaFrom17MinWeights weights: default_wgmma_from) on the Hopper
+// wgmma kernel where the device runs it (rules 0-2, and other devices, run the decode kernel with 32-token tiles
+// there); 4, 5: as 3 with blocks of 256 rows and 4 or 2 consumer warpgroups
 // in the wgmma kernel;
 // 6: as 3 with half the weight tiles per warp at M <= 16; 7: as 3, and grids of 2 tiles per warp
 // that end in a short second wave run the light two-tile kernel at M <= 8 (all but the vLLM flavour's per-weight
@@ -47,8 +48,9 @@ bool row_quant_active(const CudaLinear& l, int64_t m);
 // The parts a decode call of m rows splits its tail block rows into (decode_grid's tail split, where the stream's
 // workspace holds its slots); 1: none.
 int tail_split_parts(const CudaLinear& l, int64_t m);
-// The decode kernel's grid for M <= 32 (or any M under rules 0-2 and off Hopper) under a grid rule >= 0 (host
-// rule, no device needed; mode: how the layer's weights are dequantized; partial_chunk: K % 64 != 0): token
+// The decode kernel's grid for M <= 32 (below default_wgmma_from on Hopper; any M under rules 0-2 and elsewhere)
+// under a grid rule >= 0 (host rule, no device needed; mode: how the layer's weights are dequantized; partial_chunk:
+// K % 64 != 0): token
 // tiles of 8·nt, nw weight tiles per warp, K split over wk warps of a block; light: the kernel variant that
 // fits 3 blocks per SM with shorter register stages (16 tokens and one tile per warp, rule 3 on, where the
 // 2-block one would need more than one wave; 8 tokens and two tiles, rule 7 on); blocks launched and block
@@ -101,7 +103,7 @@ DecodeGrid forced_decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, const
 std::string decode_grid_name(const CudaLinear& l, int64_t m);
 
 // Default crossover (largest M on the fused kernel) for a layer of this shape and semantics, on a device
-// that runs the wgmma kernel (M > 32) or not.
+// that runs the wgmma kernel (from default_wgmma_from's M) or not.
 int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k, bool wgmma);
 // Above that crossover, the largest M at which the wgmma kernel still runs where its grid fills its rounds
 // (wgmma_round_fill >= kFullRoundFill); 0: none. Small layers, exact semantics: 1024 (docs/PERF.md, change 73).
@@ -157,6 +159,12 @@ WgmmaGrid wgmma_grid(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms);
 // Forces the wgmma kernel's K split (blocks per K range, at most the chunk count; from row block split_rb0
 // on); splits 0 restores wgmma_split's.
 void set_wgmma_splits(CudaLinear& l, int splits, int split_rb0 = 0);
+// The smallest M that a layer of N x K runs on the wgmma kernel (grid rules 3 and up, sm_90a; below it the decode
+// kernel): 17 for layers of at least kWgmmaFrom17MinWeights weights, else 33 (host rule; docs/PERF.md, change 110).
+inline constexpr int64_t kWgmmaFrom17MinWeights = 20ll << 20;
+int64_t default_wgmma_from(int64_t n, int64_t k);
+// Measurements and tests: the wgmma kernel from M = max(m, 17) on; m <= 0 restores default_wgmma_from.
+void set_wgmma_from(CudaLinear& l, int64_t m);
 
 // The fused paths launch their kernels programmatically (sm_90+): each may be scheduled while the previous
 // kernel in the stream (the W4A4 quantizer, the kernel that wrote x, another layer) still runs, and streams

@@ -100,15 +100,14 @@ constexpr int fused_blocks_per_sm(int nt, int nw, bool light = false) {
 // chunks spread over them as evenly as they divide (2 blocks per SM).
 void launch_fused_gemm(const GemmParams& p, DType act, Mode mode, int nt, int nw, bool light, cudaStream_t stream);
 
-// Hopper GEMM for M > 32 (gemm_wgmma.cu, sm_90a; where wgmma_available: the device is sm_90 and runs this
-// binary's sm_90a code, asked once per device): blocks of p.wgmma_rows (256, 192 or 128) weight rows x tile_tokens
-// (64 or 128) tokens; a producer warpgroup streams each K chunk's codes, scales and activation tile into a
-// shared-memory ring with bulk copies, two to four consumer warpgroups dequantize (as the decode kernel) and
-// multiply with wgmma, the dequantized weights as the register A operand. p.x: the activations as
-// launch_permute_activations writes them (wgmma_x_bytes(m, kc, tile_tokens) bytes: permuted into the MMA column
-// order, in token tiles, zero past M and K). Row blocks from p.split_rb0 on are split over p.splits blocks along K
-// (p.partial holds their f32 sums of columns wgmma_rows·split_rb0 .. N - 1 and a second kernel adds them in
-// order); 0: all of them; p.splits = 1: none.
+// Hopper GEMM for M > 32, or > 16 on large layers (gemm_wgmma.cu, sm_90a; where wgmma_available: the device is sm_90
+// and runs this binary's sm_90a code, asked once per device): blocks of p.wgmma_rows (256, 192 or 128) weight rows x
+// tile_tokens (64 or 128) tokens; a producer warpgroup streams each K chunk's codes, scales and activation tile into a
+// shared-memory ring with bulk copies, two to four consumer warpgroups dequantize (as the decode kernel) and multiply
+// with wgmma, the dequantized weights as the register A operand. p.x: the activations as launch_permute_activations
+// writes them (wgmma_x_bytes(m, kc, tile_tokens) bytes: permuted into the MMA column order, in token tiles, zero past M
+// and K). Row blocks from p.split_rb0 on are split over p.splits blocks along K (p.partial holds their f32 sums of
+// columns wgmma_rows·split_rb0 .. N - 1 and a second kernel adds them in order); 0: all of them; p.splits = 1: none.
 bool wgmma_available(int device);
 // Whether a K split from row block split_rb0 (blocks of `rows` weight rows) starts inside a layer of n rows
 // (splits == 1: no split, always): the one rule the host's forcing, its per-call choice and the launcher check.

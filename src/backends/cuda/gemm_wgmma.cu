@@ -1,11 +1,11 @@
-// Hopper (sm_90a) GEMM for M > 32: FP4 weights dequantized in registers exactly as in the decode kernel
-// (mma_frag.cuh) and multiplied with warpgroup MMAs (wgmma m64n{64,128}k16, A from registers, B from shared
-// memory, f32 accumulation), so each weight is read and dequantized once per 64 or 128 tokens and the tensor
-// cores run at their Hopper rate. The lane's 16 bytes of codes of one chunk are exactly its A fragments of the
-// chunk's four K16 steps (the m64nNk16 A layout is m16n8k16's per warp). The A fragment columns of step s are the
-// K values 16t + 4s + {0,1,2,3} of lane t (weight_layout.h), so the activations are first written permuted into
-// that order (launch_permute_activations) and tiled, so that the B operand of step s is the 32 bytes at 32s of
-// each 128-byte token row (128-byte swizzle, the layout wgmma's descriptor reads).
+// Hopper (sm_90a) GEMM for M > 32 (M > 16 on layers of >= 20 Mi weights: default_wgmma_from): FP4 weights dequantized
+// in registers exactly as in the decode kernel (mma_frag.cuh) and multiplied with warpgroup MMAs (wgmma
+// m64n{64,128}k16, A from registers, B from shared memory, f32 accumulation), so each weight is read and dequantized
+// once per 64 or 128 tokens and the tensor cores run at their Hopper rate. The lane's 16 bytes of codes of one chunk
+// are exactly its A fragments of the chunk's four K16 steps (the m64nNk16 A layout is m16n8k16's per warp). The A
+// fragment columns of step s are the K values 16t + 4s + {0,1,2,3} of lane t (weight_layout.h), so the activations are
+// first written permuted into that order (launch_permute_activations) and tiled, so that the B operand of step s is the
+// 32 bytes at 32s of each 128-byte token row (128-byte swizzle, the layout wgmma's descriptor reads).
 //
 // Block: 1 + kCW warpgroups and kRows (256, 192 or 128) weight rows. Warpgroup 0 (the producer) streams K chunks
 // into a kStages-deep shared-memory ring with bulk copies, one mbarrier per stage counting the bytes in: per chunk

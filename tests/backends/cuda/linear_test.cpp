@@ -468,13 +468,14 @@ TEST(CudaLinear, ActivationRingKernelWithinBoundAndDeterministic) {
   }
 }
 
-// M > 16 on the fused path (forced): M <= 32 runs the decode kernel's 32-token tiles; above, on sm_90, the
-// wgmma kernel (rule 3, as the default above M = 32: 64-token tiles up to M = 64, 128 above, 4 consumer warpgroups at M =
-// 65-128; rules 4 and 5: 4 or 2 consumer warpgroups forced; rules 9 and 12: blocks of 128 and 192 rows) and the decode
-// kernel's 32-token tiles that other GPUs run (rule 2). Full and
-// partial 64-token blocks, row blocks past the weight (40 rows: one stored tile group of four), K not a
-// multiple of 64 (208: the permuted activations are zero-padded), fewer chunks than ring stages (64, 192),
-// K splits (4100x1024 and 1100x4096 launch few blocks), fp16 too; bit-identical on a second call.
+// M > 16 on the fused path (forced): M <= 32 runs the decode kernel's 32-token tiles on these small layers, and the
+// wgmma kernel where set_wgmma_from(17) asks for it (on sm_90a; the default on layers of >= 20 Mi weights); above, on
+// sm_90, the wgmma kernel (rule 3, as the default above M = 32: 64-token tiles up to M = 64, 128 above, 4 consumer
+// warpgroups at M = 65-128; rules 4 and 5: 4 or 2 consumer warpgroups forced; rules 9 and 12: blocks of 128 and 192
+// rows) and the decode kernel's 32-token tiles that other GPUs run (rule 2). Full and partial 64-token blocks, row
+// blocks past the weight (40 rows: one stored tile group of four), K not a multiple of 64 (208: the permuted
+// activations are zero-padded), fewer chunks than ring stages (64, 192), K splits (4100x1024 and 1100x4096 launch few
+// blocks), fp16 too; bit-identical on a second call.
 TEST(CudaLinear, MidMKernelWithinDerivedBoundAndDeterministic) {
   NVFP4_REQUIRE_GPU();
   const int64_t shapes[][2] = {{1100, 4096}, {40, 512}, {4100, 1024}, {16, 64}, {16400, 192}, {72, 208}};
@@ -496,8 +497,36 @@ TEST(CudaLinear, MidMKernelWithinDerivedBoundAndDeterministic) {
           }
           if (m <= 32) break;  // the rules differ only above M = 32
         }
+        if (m <= 32) {  // the wgmma kernel's one 64-token tile, as layers of >= 20 Mi weights run it by default
+          const std::string what = label(s, t, m, sh[0], sh[1]) + "/wgmma-from-17";
+          auto from17 = [](CudaLinear& l) { set_wgmma_from(l, 17); };
+          const std::vector<uint16_t> y = run_gpu(w, s, t, x, m, 0, -1, 1 << 30, from17);
+          check_y(w, t, m, y, ref, what);
+          EXPECT_EQ(run_gpu(w, s, t, x, m, 0, -1, 1 << 30, from17), y) << what << ": two calls differ";
+        }
       }
     }
+}
+
+// Which kernel M = 17-32 runs by default: the wgmma kernel on a layer of 20 Mi weights (5120x4096), the decode
+// kernel's 32-token tiles one 16-row tile below it (5104x4096) and at M = 16; the decode kernel everywhere on devices
+// without the wgmma kernel.
+TEST(CudaLinear, WgmmaFromM17OnLayersOf20MiWeights) {
+  NVFP4_REQUIRE_GPU();
+  const bool wgmma = detail::wgmma_available(0);
+  for (int64_t n : {5120, 5104}) {
+    const LinearWeights w = random_layer(n, 4096, scale_range(0x28, 0x5F), 1.0f, false, 1.0f, true, DType::BF16, 9);
+    auto lin = CudaLinear::create(w, Semantics::W4A16, DType::BF16, 0);
+    for (int64_t m : {16, 17, 32, 33}) {
+      const bool on_wgmma = wgmma && (m >= 33 || (m >= 17 && n == 5120));
+      EXPECT_EQ(decode_grid_name(*lin, m) == "-", on_wgmma) << n << "x4096 at M = " << m << ": "
+                                                            << decode_grid_name(*lin, m);
+    }
+    set_wgmma_from(*lin, 17);  // forced, then back to the layer's default
+    EXPECT_EQ(decode_grid_name(*lin, 24) == "-", wgmma);
+    set_wgmma_from(*lin, 0);
+    EXPECT_EQ(decode_grid_name(*lin, 24) == "-", wgmma && n == 5120);
+  }
 }
 
 // The wgmma kernel at large M, forced on the fused path: many 128-token tiles with a
@@ -527,31 +556,35 @@ TEST(CudaLinear, WgmmaKernelAtLargeM) {
     }
 }
 
-// K split of the wgmma kernel, forced: over every 256-row block, and over the trailing blocks only (the others
-// whole), 2-4 ways, on a layer of 4 blocks whose last block is partly past N (1000 rows) and K of 17 chunks (the
-// last one partial), at M = 50 (64-token tiles) and 200 (two 128-token tiles, the second partial): within the
-// bound, bias included, and bit-identical on a second call (the partial sums are added in a fixed order).
+// K split of the wgmma kernel, forced: over every 256-row block, and over the trailing blocks only (the others whole),
+// 2-6 ways, on a layer of 4 blocks whose last block is partly past N (1000 rows) and K of 17 chunks (the last one
+// partial), at M = 50 (64-token tiles) and 200 (two 128-token tiles, the second partial), and at M = 50 on 1003 rows
+// (split columns not a multiple of 4 or 8): within the bound, bias included, and bit-identical on a second call (the
+// partial sums are added in a fixed order).
 TEST(CudaLinear, WgmmaSplitBlocksWithinBoundAndDeterministic) {
   NVFP4_REQUIRE_GPU();
-  const int64_t n = 1000, k = 1040;
+  const int64_t k = 1040;
   uint32_t seed = 2400;
-  const int splits[][2] = {{3, 0}, {2, 2}, {3, 2}, {4, 3}};  // splits, first split 256-row block
-  for (Semantics s : kAllSemantics) {
-    const DType t = s == Semantics::W4A4 ? DType::F16 : DType::BF16;
-    const LinearWeights w = random_layer(n, k, scale_range(0x28, 0x5F), 2688.0f / 0.3f, true, 2688.0f / 7.0f, true,
-                                         t, seed++);
-    for (int64_t m : {50, 200}) {
-      const auto x = random_activations(t, m, k, 1.0f, seed++);
-      const Reference ref = reference(w, s, t, x, m);
-      for (int rule : {-1, 9, 12})  // blocks of 256 rows, of 128 and of 192 (the split block indices count those)
-        for (const auto& sp : splits) {
-          const std::string what = label(s, t, m, n, k) + "/grid" + std::to_string(rule) + "/splits" +
-                                   std::to_string(sp[0]) + "from" + std::to_string(sp[1]);
-          auto force = [&](CudaLinear& l) { set_wgmma_splits(l, sp[0], sp[1]); };
-          const std::vector<uint16_t> y = run_gpu(w, s, t, x, m, 0, rule, 1 << 30, force);
-          check_y(w, t, m, y, ref, what);
-          EXPECT_EQ(run_gpu(w, s, t, x, m, 0, rule, 1 << 30, force), y) << what << ": two calls differ";
-        }
+  const int splits[][2] = {{3, 0}, {2, 2}, {3, 2}, {4, 3}, {6, 1}};  // splits, first split 256-row block
+  for (const int64_t n : {1000, 1003}) {
+    for (Semantics s : kAllSemantics) {
+      const DType t = s == Semantics::W4A4 ? DType::F16 : DType::BF16;
+      const LinearWeights w = random_layer(n, k, scale_range(0x28, 0x5F), 2688.0f / 0.3f, true, 2688.0f / 7.0f, true,
+                                           t, seed++);
+      for (int64_t m : {50, 200}) {
+        if (n == 1003 && m != 50) continue;
+        const auto x = random_activations(t, m, k, 1.0f, seed++);
+        const Reference ref = reference(w, s, t, x, m);
+        for (int rule : {-1, 9, 12})  // blocks of 256 rows, of 128 and of 192 (the split block indices count those)
+          for (const auto& sp : splits) {
+            const std::string what = label(s, t, m, n, k) + "/grid" + std::to_string(rule) + "/splits" +
+                                     std::to_string(sp[0]) + "from" + std::to_string(sp[1]);
+            auto force = [&](CudaLinear& l) { set_wgmma_splits(l, sp[0], sp[1]); };
+            const std::vector<uint16_t> y = run_gpu(w, s, t, x, m, 0, rule, 1 << 30, force);
+            check_y(w, t, m, y, ref, what);
+            EXPECT_EQ(run_gpu(w, s, t, x, m, 0, rule, 1 << 30, force), y) << what << ": two calls differ";
+          }
+      }
     }
   }
 }

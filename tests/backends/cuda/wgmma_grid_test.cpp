@@ -35,6 +35,20 @@ TEST(CudaWgmmaGrid, TokenTileAndConsumersByMAndRule) {
         EXPECT_TRUE(detail::wgmma_consumers_fit(rows, wgmma_consumers(m, rule, rows))) << rows << " " << rule << " " << m;
 }
 
+// The smallest M on the wgmma kernel: 17 from 20 Mi weights on (measured: 6144x4096, 24 Mi, faster there at M =
+// 17-32, 4096x4096, 16 Mi, slower), else 33.
+TEST(CudaWgmmaGrid, WgmmaFromM17OnLayersOf20MiWeights) {
+  EXPECT_EQ(kWgmmaFrom17MinWeights, 5120 * 4096);
+  EXPECT_EQ(default_wgmma_from(5120, 4096), 17);
+  EXPECT_EQ(default_wgmma_from(4096, 5120), 17);
+  EXPECT_EQ(default_wgmma_from(5104, 4096), 33);
+  EXPECT_EQ(default_wgmma_from(4096, 4096), 33);
+  EXPECT_EQ(default_wgmma_from(1024, 4096), 33);
+  EXPECT_EQ(default_wgmma_from(6144, 4096), 17);
+  EXPECT_EQ(default_wgmma_from(8192, 28672), 17);
+  EXPECT_EQ(default_wgmma_from(128256, 4096), 17);
+}
+
 // The one rule for a split's first row block: inside the layer in the call's block height, any block without a
 // split. 300 rows: blocks 0-2 of 128 rows, 0-1 of 256.
 TEST(CudaWgmmaGrid, SplitStartsInsideTheLayer) {

@@ -78,9 +78,9 @@ inline Capability cuda_kernels_capability(const DeviceInfo& dev, const BuildInfo
   return {};
 }
 
-// The cuda executor's Hopper kernel for M > 32 (backends/cuda/gemm_wgmma.cu: wgmma needs the arch-specific
-// sm_90a target): the cuda kernels run, the device is 9.0 and this binary carries sm_90a SASS. Elsewhere M > 32
-// runs the decode kernel's 32-token tiles (docs/BACKENDS.md, "Kernel paths"). At run time the executor also
+// The cuda executor's Hopper kernel for M > 32, and M > 16 on layers of >= 20 Mi weights
+// (backends/cuda/gemm_wgmma.cu: wgmma needs the arch-specific sm_90a target): the cuda kernels run, the device is
+// 9.0 and this binary carries sm_90a SASS. Elsewhere M > 16 runs the decode kernel's 32-token tiles (docs/BACKENDS.md, "Kernel paths"). At run time the executor also
 // probes the device once (a kernel that reports whether its sm_90a code ran).
 inline Capability wgmma_kernel_capability(const DeviceInfo& dev, const BuildInfo& build) {
   const Capability k = cuda_kernels_capability(dev, build);
