@@ -145,6 +145,7 @@ int main(int argc, char** argv) {
   bool use_sem[3] = {true, true, true};  // per kSems entry
   int reps = 50;
   int64_t wgmma_from = 0;  // --wgmma-from: the smallest M on the wgmma kernel (0: the default)
+  int split_from = 0;       // --split-from: the first split row block of every --splits variant
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) {
       shape_ids = {1, 5};
@@ -222,6 +223,8 @@ int main(int argc, char** argv) {
       quantizer_rows = true;
     } else if (!std::strcmp(argv[i], "--no-programmatic")) {
       cuda::set_programmatic_launch(false);
+    } else if (!std::strcmp(argv[i], "--split-from") && i + 1 < argc) {
+      split_from = std::atoi(argv[++i]);
     } else if (!std::strcmp(argv[i], "--wgmma-from") && i + 1 < argc) {
       wgmma_from = std::atoll(argv[++i]);
     } else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
@@ -230,7 +233,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "usage: bench_gemm [--quick] [--shapes 0,1,..] [--m 1,16,..] [--xover 32,..|none] [--grid-rules 0,1,2,3,4,5,6] "
                            "[--no-quant] [--no-programmatic] [--splits 1,2,..] [--tile-mb 16,32,..] [--custom NxK,..] "
                            "[--quantizer-rows] [--semantics w4a16,w4a4,w4a4-vllm] [--decode-grids NW.WK[.l][.pN],..] "
-                           "[--wgmma-from M] [--reps N]\n");
+                           "[--split-from RB] [--wgmma-from M] [--reps N]\n");
       return 2;
     }
   }
@@ -376,7 +379,7 @@ int main(int argc, char** argv) {
           const bool per_quantizer = v.quantizer && fused_path && sidx > 0;
           const bool per_grid = v.grid >= 0 && fused_path && m <= 32;
           const bool per_rule = v.rule >= 0 && fused_path && !v.splits && !v.tile_mb && !v.quantizer && v.grid < 0;
-          const bool per_split = v.splits > 0 && fused_path && m > 32;
+          const bool per_split = v.splits > 0 && fused_path && cuda::decode_grid_name(*lin[sidx][0], m) == "-";
           const bool per_tile = v.tile_mb > 0 && !fused_path;
           const bool plain = !v.splits && !v.tile_mb && !per_rule && !v.quantizer && v.grid < 0;
           if (!(per_quantizer || per_grid || per_rule || per_split || per_tile || (plain && !printed))) continue;
@@ -384,7 +387,7 @@ int main(int argc, char** argv) {
           for (auto& l : lin[sidx]) {
             cuda::set_fused_grid_rule(*l, per_rule || per_split || per_quantizer ? v.rule : -1);
             cuda::set_row_quant(*l, !per_quantizer);
-            cuda::set_wgmma_splits(*l, per_split ? v.splits : 0);
+            cuda::set_wgmma_splits(*l, per_split ? v.splits : 0, per_split ? split_from : 0);
             cuda::set_forced_decode_grid(*l, per_grid ? grids[v.grid].second : cuda::ForcedDecodeGrid{});
             if (per_tile)
               cuda::set_weight_tile_rows(*l, static_cast<int>(std::max<int64_t>(16, (int64_t{v.tile_mb} << 20) / (2 * k) / 16 * 16)));
@@ -417,7 +420,7 @@ int main(int argc, char** argv) {
           else if (!fused_path)
             std::snprintf(path, sizeof path, "cublas");
           else if (per_split)
-            std::snprintf(path, sizeof path, "fused-s%d", v.splits);
+            std::snprintf(path, sizeof path, split_from ? "fused-s%d@%d" : "fused-s%d", v.splits, split_from);
           else if (per_grid)
             std::snprintf(path, sizeof path, "fused-d%s (%s)", grids[v.grid].first.c_str(), grid_name.c_str());
           else if (!per_rule)
