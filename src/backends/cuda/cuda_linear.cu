@@ -919,8 +919,11 @@ WgmmaSplit wgmma_split(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms, i
     const double t = wgmma_time_us(m, n, n16, kc, sms, c, rows);
     if (t < 0.95 * best_us) best = c, best_us = t;
   };
-  for (int s = 2; s <= 8 && kc / s >= 8; ++s) consider({s, 0});
-  // Only the blocks of the last, partial round split: as many row blocks (all their token blocks) as cover it.
+  // First only the blocks of the last, partial round split: as many row blocks (all their token blocks) as cover
+  // it; then every row block, which must save 5% over that. The estimate counts chunks, not blocks, and a split of
+  // every block makes many short ones: 57344x8192 at M = 17 and 20 took a uniform 4-way split (estimate 131.8 µs
+  // against the tail split's 127.9, within 5%, considered second) that measured 9% slower than the tail split,
+  // 134.8-138.0 against 123.5-125.2 µs (H100; docs/PERF.md, change 112).
   const int64_t token_blocks = ceil_div(m, wgmma_tile_tokens(m)), row_blocks = wgmma_row_blocks(n16, rows);
   const int64_t blocks = token_blocks * row_blocks, last = sms > 0 ? blocks % sms : 0;
   if (blocks > sms && last > 0) {
@@ -928,6 +931,7 @@ WgmmaSplit wgmma_split(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms, i
     if (split_rows < row_blocks)
       for (int s = 2; s <= 8 && kc / s >= 8; ++s) consider({s, static_cast<int>(row_blocks - split_rows)});
   }
+  for (int s = 2; s <= 8 && kc / s >= 8; ++s) consider({s, 0});
   return best;
 }
 

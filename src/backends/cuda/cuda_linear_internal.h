@@ -132,8 +132,8 @@ bool uses_fused_kernel(const CudaLinear& l, int64_t m);
 // partial sums written and read
 // (8·splits·M·cols bytes) and y written, at 5 TB/s where the partial sums take at most kWgmmaL2PartialBytes
 // (they stay in L2) and 3 TB/s above, and the reduction's launch (2 µs). wgmma_split: the split
-// (1-8, each >= 8 chunks of 64 when > 1; over all blocks, or over as many trailing row blocks as the last
-// partial round holds) with the smallest estimate, a split only where it saves >= 5% over the best so far.
+// (1-8, each >= 8 chunks of 64 when > 1; over as many trailing row blocks as the last partial round holds, then over
+// all blocks) with the smallest estimate, a split only where it saves >= 5% over the best so far (in that order).
 inline constexpr double kWgmmaL2PartialBytes = 32.0 * (1 << 20);
 struct WgmmaSplit {
   int splits = 1;

@@ -49,6 +49,20 @@ TEST(CudaWgmmaGrid, WgmmaFromM17OnLayersOf20MiWeights) {
   EXPECT_EQ(default_wgmma_from(128256, 4096), 17);
 }
 
+// The split of the last round's blocks is considered before the split of every block: 57344x8192 at M = 17 on 132
+// SMs (224 row blocks of 256, 128 chunks) takes the 4-way split from row block 132 (the 92 blocks of the second,
+// partial round), although a uniform 4-way split also estimates more than 5% below the unsplit grid; the uniform one
+// measured 9% slower there (docs/PERF.md, change 112).
+TEST(CudaWgmmaGrid, TailSplitConsideredBeforeTheUniformOne) {
+  const int64_t n = 57344, n16 = n / 16, kc = 8192 / 64;
+  const double unsplit = wgmma_time_us(17, n, n16, kc, 132, {1, 0}, 256);
+  EXPECT_LT(wgmma_time_us(17, n, n16, kc, 132, {4, 0}, 256), 0.95 * unsplit);  // the uniform split qualifies too
+  const WgmmaGrid g = wgmma_grid(17, n, n16, kc, 132);
+  EXPECT_EQ(g.rows, 256);
+  EXPECT_EQ(g.split.splits, 4);
+  EXPECT_EQ(g.split.split_rb0, 132);
+}
+
 // The one rule for a split's first row block: inside the layer in the call's block height, any block without a
 // split. 300 rows: blocks 0-2 of 128 rows, 0-1 of 256.
 TEST(CudaWgmmaGrid, SplitStartsInsideTheLayer) {
