@@ -5,6 +5,7 @@
 #include <string>
 
 #include "backends/cuda/cuda_linear.h"
+#include "backends/cuda/device/capability.h"
 #include "backends/cuda/dequant_bits.h"
 #include "backends/cuda/weight_layout.h"
 
@@ -48,19 +49,18 @@ bool row_quant_active(const CudaLinear& l, int64_t m);
 // The parts a decode call of m rows splits its tail block rows into (decode_grid's tail split, where the stream's
 // workspace holds its slots); 1: none.
 int tail_split_parts(const CudaLinear& l, int64_t m);
-// The decode kernel's grid for M <= 32 (below default_wgmma_from on Hopper; any M under rules 0-2 and elsewhere)
-// under a grid rule >= 0 (host rule, no device needed; mode: how the layer's weights are dequantized; partial_chunk:
-// K % 64 != 0): token
-// tiles of 8·nt, nw weight tiles per warp, K split over wk warps of a block; light: the kernel variant that
-// fits 3 blocks per SM with shorter register stages (16 tokens and one tile per warp, rule 3 on, where the
-// 2-block one would need more than one wave; 8 tokens and two tiles, rule 7 on); blocks launched and block
-// slots of the GPU (blocks per SM the kernel is compiled for x sms). wk = kWideWarps is the wide form (rules 10
-// and 11: one tile per warp, one token tile, or two on the light kernel under rule 11, at most 2 x sms tiles, >= 2
-// chunks per warp of 12: one tile per block of 12 warps splitting K, 2 blocks per SM). Rule 13, the tail split: a
-// grid of one token tile row in one wave whose block rows leave r < sms/2 SMs one block more than the others
-// (q·sms + r rows, q < blocks per SM) runs its last r rows as split_parts = min(4, sms / r) >= 2 blocks each over
-// consecutive K ranges (>= 4 chunks per warp, K a multiple of 64), so that the r SMs' extra block becomes r·parts
-// shorter ones spread over as many SMs (split_parts, split_rows; blocks counts the parts; GemmParams::split_parts).
+// The decode kernel's grid for M <= 32 (below default_wgmma_from on Hopper; any M under rules 0-2 and elsewhere) under
+// a grid rule >= 0 (host rule, no device needed; mode: how the layer's weights are dequantized; partial_chunk: K % 64
+// != 0): token tiles of 8·nt, nw weight tiles per warp, K split over wk warps of a block; light: the kernel variant
+// that fits 3 blocks per SM with shorter register stages (16 tokens and one tile per warp, rule 3 on, where the 2-block
+// one would need more than one wave; 8 tokens and two tiles, rule 7 on); blocks launched and block slots of the GPU
+// (blocks per SM the kernel is compiled for x sms). wk = kWideWarps is the wide form (rules 10 and 11: one tile per
+// warp, one token tile, or two on the light kernel under rule 11, at most 2 x sms tiles, >= 2 chunks per warp of 12:
+// one tile per block of 12 warps splitting K, 2 blocks per SM). Rule 13, the tail split: a grid of one token tile row
+// in one wave whose block rows leave r < sms/2 SMs one block more than the others (q·sms + r rows, q < blocks per SM)
+// runs its last r rows as split_parts = min(4, sms / r) >= 2 blocks each over consecutive K ranges (>= 4 chunks per
+// warp, K a multiple of 64), so that the r SMs' extra block becomes r·parts shorter ones spread over as many SMs
+// (split_parts, split_rows; blocks counts the parts; GemmParams::split_parts).
 struct DecodeGrid {
   int nt = 1, nw = 1, wk = 1;
   bool light = false;
@@ -160,8 +160,8 @@ WgmmaGrid wgmma_grid(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms);
 // on); splits 0 restores wgmma_split's.
 void set_wgmma_splits(CudaLinear& l, int splits, int split_rb0 = 0);
 // The smallest M that a layer of N x K runs on the wgmma kernel (grid rules 3 and up, sm_90a; below it the decode
-// kernel): 17 for layers of at least kWgmmaFrom17MinWeights weights, else 33 (host rule; docs/PERF.md, change 110).
-inline constexpr int64_t kWgmmaFrom17MinWeights = 20ll << 20;
+// kernel): 17 for layers of at least kWgmmaFrom17MinWeights weights (capability.h), else 33 (host rule;
+// docs/PERF.md, change 110).
 int64_t default_wgmma_from(int64_t n, int64_t k);
 // Measurements and tests: the wgmma kernel from M = max(m, 17) on; m <= 0 restores default_wgmma_from.
 void set_wgmma_from(CudaLinear& l, int64_t m);

@@ -78,10 +78,12 @@ inline Capability cuda_kernels_capability(const DeviceInfo& dev, const BuildInfo
   return {};
 }
 
-// The cuda executor's Hopper kernel for M > 32, and M > 16 on layers of >= 20 Mi weights
+// The cuda executor's Hopper kernel for M > 32, and M > 16 on layers of >= kWgmmaFrom17MinWeights weights
 // (backends/cuda/gemm_wgmma.cu: wgmma needs the arch-specific sm_90a target): the cuda kernels run, the device is
-// 9.0 and this binary carries sm_90a SASS. Elsewhere M > 16 runs the decode kernel's 32-token tiles (docs/BACKENDS.md, "Kernel paths"). At run time the executor also
-// probes the device once (a kernel that reports whether its sm_90a code ran).
+// 9.0 and this binary carries sm_90a SASS. Elsewhere M > 16 runs the decode kernel's 32-token tiles
+// (docs/BACKENDS.md, "Kernel paths"). At run time the executor also probes the device once (a kernel that reports
+// whether its sm_90a code ran). The weight bound: the executor's default_wgmma_from (docs/PERF.md, change 110).
+constexpr int64_t kWgmmaFrom17MinWeights = 20ll << 20;
 inline Capability wgmma_kernel_capability(const DeviceInfo& dev, const BuildInfo& build) {
   const Capability k = cuda_kernels_capability(dev, build);
   if (!k.ok) return k;
