@@ -141,13 +141,14 @@ bool programmatic_launch_supported(int index) {
     return known[index].load(std::memory_order_relaxed) == 2;
   bool yes = false;
   int major = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index) == cudaSuccess && major >= 9) {
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index) != cudaSuccess) {
+    cudaGetLastError();  // a device that cannot be asked: no programmatic launches, nothing left pending
+  } else if (major >= 9) {
     // The probe kernel has the -gencode list of every other kernel here: its ptxVersion is the architecture the
     // running image was compiled for (90 for sm_90a SASS, 80 for compute_80 PTX compiled by the driver).
-    const ImageProbe probe = probe_image(index);
+    const ImageProbe probe = probe_image(index);  // clears its own errors
     yes = probe.made_current && probe.e == cudaSuccess && probe.attr.ptxVersion >= 90;
   }
-  cudaGetLastError();
   if (index >= 0 && index < 64) known[index].store(yes ? 2 : 1, std::memory_order_relaxed);
   return yes;
 }
