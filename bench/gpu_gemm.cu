@@ -6,14 +6,16 @@
 //                   [--grid-rules 0,1,2,3,4,5,6] (fused-kernel grid rules, set_fused_grid_rule's numbering;
 //                   one row each on the fused path; default: the executor's default) [--no-quant]
 //                   [--no-programmatic] (every kernel launched after the previous one has finished)
-//                   [--splits 1,2,4,8] (wgmma kernel's K split forced; one row each where M > 32 runs it)
+//                   [--splits 1,2,4,8] (wgmma kernel's K split forced; one row each where it runs)
+//                   [--split-from RB] (--splits over the row blocks from RB on only: the tail split's form)
+//                   [--wgmma-from M] (the wgmma kernel from that M on, >= 17; default: default_wgmma_from)
 //                   [--tile-mb 16,32,64] (large-M path's dequantized tile size; one row each there)
 //                   [--custom 12672x8192,...] (other layer shapes: alone, instead of the listed ones; with
 //                   --shapes, after them; no Marlin column)
 //                   [--quantizer-rows] (W4A4 at M = 1: also a row with the quantizer kernel before the GEMM,
 //                   path "fused-qk", where the default has the decode kernel quantize the row itself)
 //                   [--semantics w4a16,w4a4,w4a4-vllm] (only these; default: all three)
-//                   [--decode-grids 1.4.l.p2,2.8,...] (decode kernel's grid forced, one row each where M <= 32
+//                   [--decode-grids 1.4.l.p2,2.8,...] (decode kernel's grid forced, one row each where the M
 //                   runs it: tiles per warp . K split [. l: light variant] [. pN: every block row in N parts];
 //                   set_forced_decode_grid; a grid with no kernel for that M is reported and skipped)
 // The path column names the decode grid of each decode-kernel row (decode_grid_name).
@@ -373,13 +375,15 @@ int main(int argc, char** argv) {
       for (int sidx = 0; sidx < 3; ++sidx) {
         if (!use_sem[sidx]) continue;
         const bool fused_path = cuda::uses_fused_kernel(*lin[sidx][0], m);
+        // whether the default grid rule runs the decode kernel here (else the wgmma kernel or the cuBLAS path)
+        const bool decode_runs = cuda::decode_grid_name(*lin[sidx][0], m) != "-";
         bool printed = false;
         for (size_t vi = 0; vi < variants.size(); ++vi) {
           const Variant& v = variants[vi];
           const bool per_quantizer = v.quantizer && fused_path && sidx > 0;
-          const bool per_grid = v.grid >= 0 && fused_path && m <= 32;
+          const bool per_grid = v.grid >= 0 && fused_path && decode_runs;
           const bool per_rule = v.rule >= 0 && fused_path && !v.splits && !v.tile_mb && !v.quantizer && v.grid < 0;
-          const bool per_split = v.splits > 0 && fused_path && cuda::decode_grid_name(*lin[sidx][0], m) == "-";
+          const bool per_split = v.splits > 0 && fused_path && !decode_runs;
           const bool per_tile = v.tile_mb > 0 && !fused_path;
           const bool plain = !v.splits && !v.tile_mb && !per_rule && !v.quantizer && v.grid < 0;
           if (!(per_quantizer || per_grid || per_rule || per_split || per_tile || (plain && !printed))) continue;
@@ -419,8 +423,10 @@ int main(int argc, char** argv) {
             std::snprintf(path, sizeof path, "cublas-t%dMB", v.tile_mb);
           else if (!fused_path)
             std::snprintf(path, sizeof path, "cublas");
+          else if (per_split && split_from)
+            std::snprintf(path, sizeof path, "fused-s%d@%d", v.splits, split_from);
           else if (per_split)
-            std::snprintf(path, sizeof path, split_from ? "fused-s%d@%d" : "fused-s%d", v.splits, split_from);
+            std::snprintf(path, sizeof path, "fused-s%d", v.splits);
           else if (per_grid)
             std::snprintf(path, sizeof path, "fused-d%s (%s)", grids[v.grid].first.c_str(), grid_name.c_str());
           else if (!per_rule)
