@@ -324,7 +324,7 @@ std::string explain_dispatch(const DeviceInfo& dev, const BuildInfo& build, cons
   if (cuda_kernels_capability(dev, build).ok) {
     const Capability w = wgmma_kernel_capability(dev, build);
     o << "  M > 32 (prefill):    "
-      << (w.ok ? "Hopper wgmma kernel (from M = 17 on layers of >= " + std::to_string(kWgmmaFrom17MinWeights >> 20) +
+      << (w.ok ? "Hopper wgmma kernel (also M = 17-32 on layers of >= " + std::to_string(kWgmmaFrom17MinWeights >> 20) +
                      " Mi weights)"
                : "decode kernel, 32-token tiles (no wgmma kernel: " + w.brief + ")")
       << "\n";
