@@ -9,6 +9,8 @@
 //                   [--splits 1,2,4,8] (wgmma kernel's K split forced; one row each where it runs)
 //                   [--split-from RB] (--splits over the row blocks from RB on only: the tail split's form)
 //                   [--wgmma-from M] (the wgmma kernel from that M on, >= 17; default: default_wgmma_from)
+//                   [--wgmma-raw-x 0|1] (0: the activation permutation kernel always; 1: the wgmma kernel's own
+//                   permutation wherever it has that form; default: wgmma_raw_x_pays)
 //                   [--tile-mb 16,32,64] (large-M path's dequantized tile size; one row each there)
 //                   [--custom 12672x8192,...] (other layer shapes: alone, instead of the listed ones; with
 //                   --shapes, after them; no Marlin column)
@@ -147,6 +149,7 @@ int main(int argc, char** argv) {
   bool use_sem[3] = {true, true, true};  // per kSems entry
   int reps = 50;
   int64_t wgmma_from = 0;  // --wgmma-from: the smallest M on the wgmma kernel (0: the default)
+  int wgmma_raw_x = -1;    // --wgmma-raw-x: set_wgmma_raw_x's mode (-1: the default)
   int split_from = 0;       // --split-from: the first split row block of every --splits variant
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) {
@@ -229,13 +232,15 @@ int main(int argc, char** argv) {
       split_from = std::atoi(argv[++i]);
     } else if (!std::strcmp(argv[i], "--wgmma-from") && i + 1 < argc) {
       wgmma_from = std::atoll(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--wgmma-raw-x") && i + 1 < argc) {
+      wgmma_raw_x = std::atoi(argv[++i]);
     } else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
       reps = std::atoi(argv[++i]);
     } else {
       std::fprintf(stderr, "usage: bench_gemm [--quick] [--shapes 0,1,..] [--m 1,16,..] [--xover 32,..|none] [--grid-rules 0,1,2,3,4,5,6] "
                            "[--no-quant] [--no-programmatic] [--splits 1,2,..] [--tile-mb 16,32,..] [--custom NxK,..] "
                            "[--quantizer-rows] [--semantics w4a16,w4a4,w4a4-vllm] [--decode-grids NW.WK[.l][.pN],..] "
-                           "[--split-from RB] [--wgmma-from M] [--reps N]\n");
+                           "[--split-from RB] [--wgmma-from M] [--wgmma-raw-x 0|1] [--reps N]\n");
       return 2;
     }
   }
@@ -318,7 +323,10 @@ int main(int argc, char** argv) {
       for (int r = 0; r < R && use_sem[si2]; ++r)
         lin[si2].push_back(cuda::create_prepared(w, f, kSems[si2], DType::BF16, 0));
     for (auto& ls : lin)
-      for (auto& l : ls) cuda::set_wgmma_from(*l, wgmma_from);
+      for (auto& l : ls) {
+        cuda::set_wgmma_from(*l, wgmma_from);
+        cuda::set_wgmma_raw_x(*l, wgmma_raw_x);
+      }
     int64_t mmax = 1;
     for (int64_t v : ms) mmax = std::max(mmax, v);
     for (int64_t v : xover) mmax = std::max(mmax, v);

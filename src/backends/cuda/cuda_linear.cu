@@ -261,6 +261,7 @@ class CudaLinearImpl final : public CudaLinear {
   }
   void set_grid_rule(int r) { grid_rule_ = r; }
   void set_wgmma_from(int64_t m) { wgmma_from_ = m > 0 ? std::max<int64_t>(m, 17) : default_wgmma_from(n_, k_); }
+  void set_raw_x(int mode) { raw_x_ = mode < 0 ? -1 : mode > 0 ? 1 : 0; }
   // The grid rule in force (set_fused_grid_rule's, or the default).
   int grid_rule() const { return grid_rule_ < 0 ? default_rule_ : grid_rule_; }
   // The decode kernel's grid rule (M <= 32): rules 9 and 12 differ from 7 and 11 only above that.
@@ -438,7 +439,8 @@ class CudaLinearImpl final : public CudaLinear {
   // M >= wgmma_from_ (rule 3, sm_90a): the activations permuted into the wgmma kernel's K order and token tiles, then
   // that kernel; blocks of 256, 192 or 128 rows (wgmma_grid; rule 9 forces 128, 12 192, rules 4 and 5 256) and a K
   // split (wgmma_split: over every row block, or over those of a last partial round only) where wgmma_time_us estimates
-  // them faster.
+  // them faster. Grids that wgmma_raw_x_pays names permute the activations in the wgmma kernel instead (no
+  // permutation kernel; set_wgmma_raw_x overrides).
   void wgmma(detail::GemmParams& p, detail::Mode mode, int rule, cudaStream_t stream) const {
     const int forced_rows = rule == 9 ? 128 : rule == 12 ? 192 : rule == 4 || rule == 5 ? 256 : 0;
     WgmmaGrid grid = forced_rows ? WgmmaGrid{forced_rows, wgmma_split(p.m, n_, n16_, kc_, sms_, forced_rows)}
@@ -454,10 +456,16 @@ class CudaLinearImpl final : public CudaLinear {
     p.splits = sp.splits;
     p.split_rb0 = sp.splits > 1 ? sp.split_rb0 : 0;
     const int kt = wgmma_tile_tokens(p.m);
-    StreamBuf xp(static_cast<size_t>(detail::wgmma_x_bytes(p.m, static_cast<int>(kc_), kt)), stream);
-    detail::launch_permute_activations(p.x, act_, p.m, static_cast<int>(k_), static_cast<int>(kc_), kt, xp.get(),
-                                       p.programmatic, stream);
-    p.x = xp.get();
+    p.wgmma_raw_x = detail::wgmma_raw_x_fits(rows, kt) &&
+                    (raw_x_ >= 0 ? raw_x_ == 1 : wgmma_raw_x_pays(p.m, n16_, kc_, sms_, rows, sp));
+    std::unique_ptr<StreamBuf> xp;
+    if (!p.wgmma_raw_x) {
+      xp = std::make_unique<StreamBuf>(static_cast<size_t>(detail::wgmma_x_bytes(p.m, static_cast<int>(kc_), kt)),
+                                       stream);
+      detail::launch_permute_activations(p.x, act_, p.m, static_cast<int>(k_), static_cast<int>(kc_), kt, xp->get(),
+                                         p.programmatic, stream);
+      p.x = xp->get();
+    }
     std::unique_ptr<StreamBuf> part;
     if (p.splits > 1) {
       const int64_t cols = n_ - static_cast<int64_t>(p.split_rb0) * rows;  // the split blocks' columns
@@ -533,6 +541,8 @@ class CudaLinearImpl final : public CudaLinear {
   int row_quant_ = -1;  // W4A4 at M = 1, the decode kernel quantizing the row: -1 default (row_quant), 0 never
   int forced_splits_ = 0;  // wgmma kernel's K split, 0 = wgmma_split's
   int64_t wgmma_from_ = 33;  // the smallest M on the wgmma kernel (default_wgmma_from, or set_wgmma_from's)
+  int raw_x_ = -1;           // wgmma kernel permuting its activations itself: -1 wgmma_raw_x_pays, 0 never, 1
+                             // wherever it has that form (set_wgmma_raw_x)
   ForcedDecodeGrid forced_grid_;  // nw = 0: the grid rule's
   int forced_split_rb0_ = 0;  // and its first split row block
   bool wgmma_ = false;  // the device runs the sm_90a wgmma kernel
@@ -590,6 +600,7 @@ void set_wgmma_splits(CudaLinear& l, int splits, int split_rb0) {
 }
 
 void set_wgmma_from(CudaLinear& l, int64_t m) { dynamic_cast<CudaLinearImpl&>(l).set_wgmma_from(m); }
+void set_wgmma_raw_x(CudaLinear& l, int mode) { dynamic_cast<CudaLinearImpl&>(l).set_raw_x(mode); }
 
 void set_weight_tile_rows(CudaLinear& l, int rows) { dynamic_cast<CudaLinearImpl&>(l).set_tile_rows(rows); }
 
@@ -879,6 +890,13 @@ int64_t makespan_chunks(int64_t a, int64_t la, int64_t b, int64_t lb, int sms) {
   return std::max(r ? t2 : t1, lo + lb);  // the last `b` block starts at lo
 }
 
+// Blocks of `rows` weight rows of a call of m tokens under split sp: (token blocks, row blocks as launched).
+std::pair<int64_t, int64_t> wgmma_blocks(int64_t m, int64_t n16, int rows, WgmmaSplit sp) {
+  const int64_t rbs = wgmma_row_blocks(n16, rows);
+  return {ceil_div(m, int64_t{wgmma_tile_tokens(m)}),
+          sp.splits > 1 ? sp.split_rb0 + (rbs - sp.split_rb0) * sp.splits : rbs};
+}
+
 // µs per K chunk of a round of blocks of kt tokens and `rows` weight rows.
 double wgmma_chunk_us(int kt, int rows) { return (kt == 64 ? 0.55 : 0.74) * wgmma_rows_factor(rows); }
 }  // namespace
@@ -888,6 +906,13 @@ double wgmma_chunk_us(int kt, int rows) { return (kt == 64 ? 0.55 : 0.74) * wgmm
 // rows: 0.77x (the median of 15 unsplit grids at M = 256-1024 on five bench layers, 0.67-0.83, both sizes measured
 // in one call; change 84).
 double wgmma_rows_factor(int rows) { return rows == 128 ? 0.55 : rows == 192 ? 0.77 : 1.0; }
+
+bool wgmma_raw_x_pays(int64_t m, int64_t n16, int64_t kc, int sms, int rows, WgmmaSplit sp) {
+  if (!detail::wgmma_raw_x_fits(rows, wgmma_tile_tokens(m))) return false;
+  const auto [token_blocks, row_blocks] = wgmma_blocks(m, n16, rows, sp);
+  const int64_t block_chunks = sp.splits > 1 && sp.split_rb0 == 0 ? ceil_div(kc, int64_t{sp.splits}) : kc;
+  return token_blocks * row_blocks <= sms && block_chunks <= kWgmmaRawMaxChunks;
+}
 
 double wgmma_time_us(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms, WgmmaSplit split, int rows) {
   // µs per K chunk of a round of blocks (one per SM), H200, 2026-11-30, after change 27: 57344x8192 unsplit at

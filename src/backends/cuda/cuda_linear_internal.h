@@ -165,6 +165,16 @@ void set_wgmma_splits(CudaLinear& l, int splits, int split_rb0 = 0);
 int64_t default_wgmma_from(int64_t n, int64_t k);
 // Measurements and tests: the wgmma kernel from M = max(m, 17) on; m <= 0 restores default_wgmma_from.
 void set_wgmma_from(CudaLinear& l, int64_t m);
+// Whether a wgmma grid (blocks of `rows` rows, split sp, m tokens) runs the kernel's form that permutes the activations
+// itself (detail::wgmma_raw_x_fits: blocks of 128 rows, 64-token tiles), without the permutation kernel: where the
+// grid is one round of blocks (at most one per SM) of at most kWgmmaRawMaxChunks chunks each, so that every block
+// starts by waiting for the activations and none runs long enough for the permuting warpgroup's pace to show.
+// Measured (docs/PERF.md, change 116): 4096x4096 at M = 17-64 (128 blocks of 16 chunks) 5% faster; slower on every
+// other grid tried: two rounds of 13 chunks 0-3%, one round of 32-56 chunks 6-13%, more of 43-64 chunks 15-28%.
+constexpr int64_t kWgmmaRawMaxChunks = 16;
+bool wgmma_raw_x_pays(int64_t m, int64_t n16, int64_t kc, int sms, int rows, WgmmaSplit sp);
+// -1: wgmma_raw_x_pays; 0: the permutation kernel always; 1: the kernel's own permutation wherever it has the form.
+void set_wgmma_raw_x(CudaLinear& l, int mode);
 
 // The fused paths launch their kernels programmatically (sm_90+): each may be scheduled while the previous
 // kernel in the stream (the W4A4 quantizer, the kernel that wrote x, another layer) still runs, and streams

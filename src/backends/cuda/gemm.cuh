@@ -35,6 +35,8 @@ struct GemmParams {
   unsigned* split_count = nullptr;  // first) and the last part to arrive adds them (split_count: one counter per
                                     // such group, 0 between calls)
   float* partial = nullptr;         // (splits, m, N - wgmma_rows·split_rb0) f32 when splits > 1
+  bool wgmma_raw_x = false;         // wgmma kernel, blocks of 128 rows and 64 tokens (wgmma_raw_x_fits): x is the
+                                    // row-major (m, K) input, which a warpgroup of the kernel permutes itself
   float x_gs = 0.0f;                // > 0 (decode kernel, m = 1, one token tile, W4A4): x is the raw row, which
                                     // each warp quantizes and dequantizes itself over its own K range (global
                                     // scale x_gs, the weight mode's flavour) into shared memory,
@@ -106,8 +108,9 @@ void launch_fused_gemm(const GemmParams& p, DType act, Mode mode, int nt, int nw
 // shared-memory ring with bulk copies, two to four consumer warpgroups dequantize (as the decode kernel) and multiply
 // with wgmma, the dequantized weights as the register A operand. p.x: the activations as launch_permute_activations
 // writes them (wgmma_x_bytes(m, kc, tile_tokens) bytes: permuted into the MMA column order, in token tiles, zero past M
-// and K). Row blocks from p.split_rb0 on are split over p.splits blocks along K (p.partial holds their f32 sums of
-// columns wgmma_rows·split_rb0 .. N - 1 and a second kernel adds them in order); 0: all of them; p.splits = 1: none.
+// and K), or with p.wgmma_raw_x the row-major (m, K) input itself. Row blocks from p.split_rb0 on are split over
+// p.splits blocks along K (p.partial holds their f32 sums of columns wgmma_rows·split_rb0 .. N - 1 and a second
+// kernel adds them in order); 0: all of them; p.splits = 1: none.
 bool wgmma_available(int device);
 // Whether a K split from row block split_rb0 (blocks of `rows` weight rows) starts inside a layer of n rows
 // (splits == 1: no split, always): the one rule the host's forcing, its per-call choice and the launcher check.
@@ -119,6 +122,9 @@ inline int64_t wgmma_x_bytes(int64_t m, int kc, int tile_tokens) {
 }
 void launch_permute_activations(const void* x, DType act, int64_t m, int k, int kc, int tile_tokens, void* out,
                                 bool programmatic, cudaStream_t stream);
+// Whether the wgmma kernel has the form that permutes row-major activations itself (a warpgroup that loads each
+// chunk's tile and stores it permuted into the stage): blocks of 128 rows with 64-token tiles.
+constexpr bool wgmma_raw_x_fits(int rows, int tile_tokens) { return rows == 128 && tile_tokens == 64; }
 // consumers: 2 consumer warpgroups of two row blocks each, or 4 of one (more warps dequantizing at once); blocks
 // of 192 rows: 3 of one; of 128 rows: 2 of one (wgmma_consumers_fit).
 constexpr bool wgmma_consumers_fit(int rows, int consumers) {

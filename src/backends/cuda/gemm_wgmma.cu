@@ -5,7 +5,12 @@
 // are exactly its A fragments of the chunk's four K16 steps (the m64nNk16 A layout is m16n8k16's per warp). The A
 // fragment columns of step s are the K values 16t + 4s + {0,1,2,3} of lane t (weight_layout.h), so the activations are
 // first written permuted into that order (launch_permute_activations) and tiled, so that the B operand of step s is the
-// 32 bytes at 32s of each 128-byte token row (128-byte swizzle, the layout wgmma's descriptor reads).
+// 32 bytes at 32s of each 128-byte token row (128-byte swizzle, the layout wgmma's descriptor reads). The form for
+// blocks of 128 rows and 64 tokens with kRaw reads the row-major activations instead: a warpgroup of its own (the
+// permuter) loads each chunk's tile, 16 bytes per lane and row, and stores it into the stage in that order (4-byte
+// shared stores, a proxy fence, one arrival per thread on the stage's barrier), two chunks in flight; the host picks
+// it where the grid is one round of short blocks (wgmma_raw_x_pays), whose start otherwise waits for the permutation
+// kernel.
 //
 // Block: 1 + kCW warpgroups and kRows (256, 192 or 128) weight rows. Warpgroup 0 (the producer) streams K chunks
 // into a kStages-deep shared-memory ring with bulk copies, one mbarrier per stage counting the bytes in: per chunk
@@ -44,7 +49,12 @@ constexpr int kCodeBytes = kTileGroup * 32 * 16;   // one row block's codes of o
 constexpr int kScaleBytes = kTileGroup * 32 * 2;   // and its scales
 // kCW consumer warpgroups (2: two row blocks each, or one each in blocks of 128 rows; 3 and 4: one each) and the
 // producer warpgroup.
-constexpr int threads(int cw) { return 128 * (cw + 1); }
+constexpr int threads(int cw, bool raw = false) { return 128 * (cw + 1 + (raw ? 1 : 0)); }
+// With the permuting warpgroup (kRaw, 2 consumers only): launched with 128 each (512 threads), then 24 for the
+// producer, 72 for the permuter (two chunks of 16-byte loads in flight, no spills) and 200 for the consumers of one
+// row block each (128·24 + 128·72 + 256·200 <= 512·128).
+constexpr int kPermuteRegs = 72, kRawConsumerRegs = 200;
+static_assert(128 * 24 + 128 * kPermuteRegs + 256 * kRawConsumerRegs <= 512 * 128, "setmaxnreg budget (kRaw)");
 // Registers per thread after the start: the block keeps what it launched with (65536 / threads, rounded down
 // to 8), the producer gives some back and the consumers take them. 2 consumers: launched with 168 each (384
 // threads), then 40 for the producer and 232 for the consumers (128·40 + 256·232 = 384·168); 3 consumers: 128
@@ -74,7 +84,7 @@ constexpr int smem_bytes(int kt, int rb) { return 1024 + kStages * stage_bytes(k
 // M = 256-2048 2-10% faster, while staging a split's f32 partial sums the same way made the split rows 0.6-2.8%
 // slower (docs/PERF.md, change 71).
 #ifdef NVFP4_WGMMA
-template <typename T, int kT, int kRows, int kCW, int kB, int kRing, typename F>
+template <typename T, int kT, int kRows, int kCW, int kB, int kRing, int kC0, typename F>
 __device__ __forceinline__ void tile_out(uint8_t* ring, int wg, int w4, F value, T* dst, int64_t pitch, int rows,
                                          int cols, bool wide) {
   constexpr int kVec = 16 / static_cast<int>(sizeof(T));  // values per 16-byte unit
@@ -82,7 +92,7 @@ __device__ __forceinline__ void tile_out(uint8_t* ring, int wg, int w4, F value,
   static_assert(kT * kPitch * static_cast<int>(sizeof(T)) <= kRing, "the output tile must fit the ring");
   constexpr int kConsumers = 128 * kCW;
   T* const tile = reinterpret_cast<T*>(ring);
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, ct = threadIdx.x - 128;
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, ct = threadIdx.x - kC0;
   fence_proxy_async();            // the ring was last read by the MMAs and written by the copies (async proxy)
   named_bar_sync(1, kConsumers);  // every consumer warp's MMAs are done
 #pragma unroll
@@ -118,12 +128,13 @@ __device__ __forceinline__ void tile_out(uint8_t* ring, int wg, int w4, F value,
 
 // Consumers: kRB / kCW row blocks each (kRB = kRows / 64), kT / 2 accumulators and 16 A-fragment registers per
 // row block.
-template <typename T, int kMode, int kT, int kCW, int kRows>
-__global__ void __launch_bounds__(threads(kCW), 1) wgmma_gemm_kernel(const GemmParams p) {
+template <typename T, int kMode, int kT, int kCW, int kRows, bool kRaw>
+__global__ void __launch_bounds__(threads(kCW, kRaw), 1) wgmma_gemm_kernel(const GemmParams p) {
 #ifdef NVFP4_WGMMA
   constexpr int kRB = kRows / 64;
   static_assert(kRB >= 2 && kRB <= 4 && kRB % kCW == 0, "row blocks per block: 2, 3 or 4, whole per consumer");
-  constexpr int kThreads = threads(kCW), kB = kRB / kCW;
+  constexpr int kThreads = threads(kCW, kRaw), kB = kRB / kCW, kC0 = kRaw ? 256 : 128;  // first consumer thread
+  static_assert(!kRaw || (kCW == 2 && kB == 1 && kT == 64), "the permuting warpgroup: 128-row blocks, 64 tokens");
   constexpr int kStage = stage_bytes(kT, kRB), kXBytes = kT * 128, kAcc = kT / 2;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = smem_addr(smem_raw);
@@ -148,7 +159,8 @@ __global__ void __launch_bounds__(threads(kCW), 1) wgmma_gemm_kernel(const GemmP
 
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mbar_init(full0 + 8 * s, live);  // one arrival per producer warp with a row block inside
+      mbar_init(full0 + 8 * s, live + (kRaw ? 128 : 0));  // one per producer warp with a row block inside (and
+                                                          // one per permuting thread)
       mbar_init(empty0 + 8 * s, 4 * kCW);
     }
     mbar_init_fence();
@@ -167,8 +179,8 @@ __global__ void __launch_bounds__(threads(kCW), 1) wgmma_gemm_kernel(const GemmP
   }
   __syncthreads();
 
-  if (warp < 4) {  // producer: warp b < live copies row block b (and warp 0 the activation tile)
-    setmaxnreg_dec<producer_regs(kCW)>();
+  if (warp < 4) {  // producer: warp b < live copies row block b (and warp 0 the activation tile, unless kRaw)
+    setmaxnreg_dec<kRaw ? 24 : producer_regs(kCW)>();
     if (lane != 0 || warp >= live || nc == 0) return;
     const int b = warp;
     const uint64_t evict_first = l2_evict_first();
@@ -176,7 +188,7 @@ __global__ void __launch_bounds__(threads(kCW), 1) wgmma_gemm_kernel(const GemmP
     const uint8_t* wq = reinterpret_cast<const uint8_t*>(p.wq) + blk0 * kCodeBytes;
     const uint8_t* ws = reinterpret_cast<const uint8_t*>(p.ws) + blk0 * kScaleBytes;
     const uint8_t* xt = static_cast<const uint8_t*>(p.x) + (static_cast<int64_t>(blockIdx.x) * p.kc + c0) * kXBytes;
-    const uint32_t tx = kCodeBytes + kScaleBytes + (b == 0 ? kXBytes : 0);
+    const uint32_t tx = kCodeBytes + kScaleBytes + (b == 0 && !kRaw ? kXBytes : 0);
     const uint32_t wdst = base + kXBytes + b * kCodeBytes, sdst = base + kXBytes + kRB * kCodeBytes + b * kScaleBytes;
     auto weights = [&](int i, int s) {
       const uint32_t bar = full0 + 8 * s;
@@ -195,21 +207,82 @@ __global__ void __launch_bounds__(threads(kCW), 1) wgmma_gemm_kernel(const GemmP
     }
     pdl_wait();
     pdl_launch_dependents();
-    if (b == 0)
+    if (b == 0 && !kRaw)
       for (int i = 0; i < pre; ++i) activations(i, i);
     for (int i = pre, s = 0, phase = 0; i < nc; ++i) {  // s = i % kStages, phase = (i / kStages - 1) & 1
       mbar_wait(empty0 + 8 * s, phase);  // every consumer warp is done with its last use
       mbar_arrive_expect_tx(full0 + 8 * s, tx);
       weights(i, s);
-      if (b == 0) activations(i, s);
+      if (b == 0 && !kRaw) activations(i, s);
       if (++s == kStages) s = 0, phase ^= 1;
     }
     return;
   }
 
+  if constexpr (kRaw) {
+    if (warp < 8) {  // permuter: the activation tile of each chunk from the row-major x, permuted and swizzled
+      setmaxnreg_dec<kPermuteRegs>();
+      if (nc == 0) return;
+      // Thread pt: 16-byte unit q (K values 8q .. 8q + 7 of the chunk, pairs 4q .. 4q + 3) of token rows r0 + 16j
+      // (j < 4; rows past m re-read row m - 1, whose outputs are not stored). Pair P of a row goes to word P / 8
+      // of 16-byte unit P % 8 (mma_column_k), swizzled (unit ^ row % 8): pair 4q + jj to unit 4(q % 2) + jj.
+      const int pt = tid - 128, q = pt & 7, r0 = pt >> 3;
+      const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kT;
+      const char* src[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int64_t row = min(m0 + r0 + 16 * j, p.m - 1);
+        src[j] = static_cast<const char*>(p.x) + (row * p.k + static_cast<int64_t>(c0) * 64 + q * 8) * 2;
+      }
+      uint32_t dst0[4];
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj)
+        dst0[jj] = base + r0 * 128 + (((4 * (q & 1) + jj) ^ (r0 & 7)) << 4) + (q >> 1) * 4;
+      const int kin = p.k - c0 * 64 - q * 8;  // this unit is inside K in chunk i where 64·i < kin
+      pdl_wait();  // x is the previous kernel's output
+      pdl_launch_dependents();
+      auto load = [&](int i, uint4 (&v)[4]) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          v[j] = 64 * i < kin ? *reinterpret_cast<const uint4*>(src[j] + static_cast<int64_t>(i) * 128)
+                              : make_uint4(0, 0, 0, 0);
+      };
+      auto store = [&](int i, const uint4 (&v)[4]) {
+        const int s = i % kStages;
+        if (i >= kStages) mbar_wait(empty0 + 8 * s, (i / kStages - 1) & 1);  // the consumers are done with it
+        const uint32_t st = s * kStage;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          sts32(dst0[0] + st + j * 2048, v[j].x);
+          sts32(dst0[1] + st + j * 2048, v[j].y);
+          sts32(dst0[2] + st + j * 2048, v[j].z);
+          sts32(dst0[3] + st + j * 2048, v[j].w);
+        }
+        fence_proxy_async();  // generic stores, read by the MMAs (async proxy)
+        mbar_arrive(full0 + 8 * s);
+      };
+      // Two chunks in flight: chunk i + 2 is requested once chunk i is stored (three in flight measured slower,
+      // docs/PERF.md, change 116).
+      uint4 v[2][4];
+#pragma unroll
+      for (int d = 0; d < 2; ++d)
+        if (d < nc) load(d, v[d]);
+      for (int i = 0; i < nc; i += 2) {
+#pragma unroll
+        for (int d = 0; d < 2; ++d) {
+          if (i + d < nc) {
+            store(i + d, v[d]);
+            if (i + d + 2 < nc) load(i + d + 2, v[d]);
+          }
+        }
+      }
+      return;
+    }
+  }
+
   // Consumers: warpgroup wg owns row blocks kB·wg .. kB·wg + kB - 1; its warp w4 supplies tile w4 of each.
-  setmaxnreg_inc<consumer_regs(kCW)>();
-  const int wg = (warp >> 2) - 1, w4 = warp & 3;
+  setmaxnreg_inc<kRaw ? kRawConsumerRegs : consumer_regs(kCW)>();
+  const int wg = (warp >> 2) - 1 - (kRaw ? 1 : 0), w4 = warp & 3;
   float acc[kB][kAcc];
 #pragma unroll
   for (int b = 0; b < kB; ++b)
@@ -309,7 +382,7 @@ __global__ void __launch_bounds__(threads(kCW), 1) wgmma_gemm_kernel(const GemmP
     const int rows = static_cast<int>(min(static_cast<int64_t>(kT), p.m - m0));
     T* const y = static_cast<T*>(p.y) + m0 * p.n + n0;
     const bool wide = p.n % 8 == 0 && reinterpret_cast<uintptr_t>(p.y) % 16 == 0;
-    tile_out<T, kT, kRows, kCW, kB, kStages * kStage>(
+    tile_out<T, kT, kRows, kCW, kB, kStages * kStage, kC0>(
         ring, wg, w4, [&](int b, int i, int nl) { return y_value<T>(p, n0 + nl, acc[b][i]); }, y, p.n, rows, cols,
         wide);
     return;
@@ -386,22 +459,23 @@ __global__ void wgmma_probe_kernel(int* out) {
 #endif
 }
 
-template <typename T, int kMode, int kT, int kCW, int kRows>
+template <typename T, int kMode, int kT, int kCW, int kRows, bool kRaw = false>
 void launch_typed(const GemmParams& p, cudaStream_t stream) {
-  constexpr auto kernel = wgmma_gemm_kernel<T, kMode, kT, kCW, kRows>;
+  constexpr auto kernel = wgmma_gemm_kernel<T, kMode, kT, kCW, kRows, kRaw>;
   constexpr int kRB = kRows / 64;
   raise_dynamic_smem_limit<kernel>(smem_bytes(kT, kRB));
   const int64_t groups = stored_tiles(p.n16) / kTileGroup;
   const int64_t rbs = ceil_div(groups, kRB);
   const int64_t y = p.splits > 1 ? p.split_rb0 + (rbs - p.split_rb0) * p.splits : rbs;
   const dim3 grid(static_cast<unsigned>(ceil_div(p.m, kT)), static_cast<unsigned>(y));
-  launch_maybe_programmatic(p.programmatic, kernel, grid, dim3(threads(kCW)), smem_bytes(kT, kRB), stream, p);
+  launch_maybe_programmatic(p.programmatic, kernel, grid, dim3(threads(kCW, kRaw)), smem_bytes(kT, kRB), stream, p);
 }
 
 template <typename T, int kMode>
 void launch_tokens(const GemmParams& p, int tile_tokens, int consumers, cudaStream_t stream) {
   if (p.wgmma_rows == 128) {  // two consumer warpgroups of one row block each
-    if (tile_tokens == 64) launch_typed<T, kMode, 64, 2, 128>(p, stream);
+    if (tile_tokens == 64 && p.wgmma_raw_x) launch_typed<T, kMode, 64, 2, 128, true>(p, stream);  // raw x
+    else if (tile_tokens == 64) launch_typed<T, kMode, 64, 2, 128>(p, stream);
     else launch_typed<T, kMode, 128, 2, 128>(p, stream);
   } else if (p.wgmma_rows == 192) {  // three of one row block each
     if (tile_tokens == 64) launch_typed<T, kMode, 64, 3, 192>(p, stream);
@@ -477,6 +551,8 @@ void launch_wgmma_gemm(const GemmParams& p, DType act, Mode mode, int tile_token
   NVFP4_CHECK(wgmma_split_inside(p.splits, p.split_rb0, p.wgmma_rows, p.n),
               "wgmma gemm: first split row block " + std::to_string(p.split_rb0) + " outside the " +
                   std::to_string(p.n) + " rows");
+  NVFP4_CHECK(!p.wgmma_raw_x || wgmma_raw_x_fits(p.wgmma_rows, tile_tokens),
+              "wgmma gemm: row-major activations need blocks of 128 rows and 64-token tiles");
   NVFP4_CHECK((tile_tokens == 64 || tile_tokens == 128) && wgmma_consumers_fit(p.wgmma_rows, consumers),
               "wgmma gemm: tile_tokens " + std::to_string(tile_tokens) + ", consumers " + std::to_string(consumers) +
                   ", expected 64 or 128, and 2 or 4 (blocks of 192 and 128 rows: 3 and 2)");

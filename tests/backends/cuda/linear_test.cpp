@@ -589,6 +589,40 @@ TEST(CudaLinear, WgmmaSplitBlocksWithinBoundAndDeterministic) {
   }
 }
 
+// The wgmma kernel's own activation permutation (blocks of 128 rows, 64-token tiles: set_wgmma_raw_x) against the
+// permutation kernel: the same MMAs on the same values, so y must be bit-identical, and within the bound. 900 rows
+// (the last 128-row block has one row block inside), K of 17 chunks (the last one partial: zeros past K), M = 17, 50
+// and 64 (token rows past M in the tile), unsplit and split 2 and 4 ways (blocks of 17, 9 and 5 chunks), every
+// semantics.
+TEST(CudaLinear, WgmmaOwnPermutationEqualsThePermutationKernel) {
+  NVFP4_REQUIRE_GPU();
+  if (!detail::wgmma_available(0)) GTEST_SKIP() << "no wgmma kernel here (it needs sm_90a)";
+  const int64_t n = 900, k = 1040;
+  uint32_t seed = 2600;
+  for (Semantics s : kAllSemantics) {
+    const DType t = s == Semantics::W4A4 ? DType::F16 : DType::BF16;
+    const LinearWeights w =
+        random_layer(n, k, scale_range(0x28, 0x5F), 2688.0f / 0.3f, true, 2688.0f / 7.0f, true, t, seed++);
+    for (int64_t m : {17, 50, 64}) {
+      const auto x = random_activations(t, m, k, 1.0f, seed++);
+      const Reference ref = reference(w, s, t, x, m);
+      for (int splits : {1, 2, 4}) {
+        const std::string what = label(s, t, m, n, k) + "/splits" + std::to_string(splits);
+        auto with = [&](int raw) {
+          return [raw, splits](CudaLinear& l) {
+            set_wgmma_from(l, 17);
+            set_wgmma_splits(l, splits, 0);
+            set_wgmma_raw_x(l, raw);
+          };
+        };
+        const std::vector<uint16_t> y_own = run_gpu(w, s, t, x, m, 0, 9, 1 << 30, with(1));
+        check_y(w, t, m, y_own, ref, what);
+        EXPECT_EQ(y_own, run_gpu(w, s, t, x, m, 0, 9, 1 << 30, with(0))) << what << ": differs from the kernel path";
+      }
+    }
+  }
+}
+
 // A first split block past the layer is refused with a message.
 TEST(CudaLinear, WgmmaSplitOutsideTheLayerIsRefused) {
   NVFP4_REQUIRE_GPU();
