@@ -12,17 +12,17 @@
 // it where the grid is one round of short blocks (wgmma_raw_x_pays), whose start otherwise waits for the permutation
 // kernel.
 //
-// Block: 1 + kCW warpgroups and kRows (256, 192 or 128) weight rows. Warpgroup 0 (the producer) streams K chunks
-// into a kStages-deep shared-memory ring with bulk copies, one mbarrier per stage counting the bytes in: per chunk
-// the codes (2 KB) and scales (256 bytes) of the block's kRows / 64 row blocks of 64 rows (stored tile groups of
-// weight_layout.h, each contiguous per chunk) and the activation tile (kT token rows x 128 bytes). One thread of
-// producer warp b issues row block b's copies (warp 0 also the activation tile's), so the warps issue in parallel:
-// one thread issuing all nine copies of a chunk took about as long as the consumers' chunk at M <= 64
-// (docs/PERF.md, change 26). The kCW (2, 3 or 4) others are the consumers, each owning kRows / 64 / kCW of the row
-// blocks: they wait for a stage, dequantize their weights into A fragments and issue the chunk's MMAs in two
-// halves (K steps 0-1, then 2-3), and release the stage (a second mbarrier per stage, one arrival per consumer
-// warp) once those MMAs are done, which they wait for only after issuing the next chunk's (two A buffers; one
-// where the registers do not hold two). The warpgroups keep no common pace: while one dequantizes, another's MMAs
+// Block: 1 + kCW warpgroups (2 + kCW with kRaw: the permuter is warpgroup 1) and kRows (256, 192 or 128) weight rows.
+// Warpgroup 0 (the producer) streams K chunks into a kStages-deep shared-memory ring with bulk copies, one mbarrier per
+// stage counting the bytes in: per chunk the codes (2 KB) and scales (256 bytes) of the block's kRows / 64 row blocks
+// of 64 rows (stored tile groups of weight_layout.h, each contiguous per chunk) and the activation tile (kT token rows
+// x 128 bytes). One thread of producer warp b issues row block b's copies (warp 0 also the activation tile's, unless
+// kRaw), so the warps issue in parallel: one thread issuing all nine copies of a chunk took about as long as the
+// consumers' chunk at M <= 64 (docs/PERF.md, change 26). The kCW (2, 3 or 4) others are the consumers, each owning
+// kRows / 64 / kCW of the row blocks: they wait for a stage, dequantize their weights into A fragments and issue the
+// chunk's MMAs in two halves (K steps 0-1, then 2-3), and release the stage (a second mbarrier per stage, one arrival
+// per consumer warp) once those MMAs are done, which they wait for only after issuing the next chunk's (two A buffers;
+// one where the registers do not hold two). The warpgroups keep no common pace: while one dequantizes, another's MMAs
 // can run, and the producer warps refill a stage as soon as all consumers have released it.
 // Blocks of 128 rows (two consumer warpgroups of one row block each) double the blocks of a layer, and blocks of
 // 192 (three) take 4/3 of them: for grids whose 256-row blocks leave SMs idle in their last round or need a deep K
@@ -78,7 +78,8 @@ constexpr int smem_bytes(int kt, int rb) { return 1024 + kStages * stage_bytes(k
 // Epilogue of the consumer warpgroups without a K split: the block's kT x kRows outputs (value(b, i, nl): the lane's
 // accumulator i of its row block b, at column nl of the block) written per lane into token rows of the ring (kRing
 // bytes; every chunk has been consumed, no copy is in flight), then copied out as whole rows: row r (< rows) to
-// dst + r·pitch, its first `cols` values, in 16-byte units where `wide` (pitch a multiple of 8, dst 16-byte aligned).
+// dst + r·pitch, its first `cols` values, in 16-byte units where `wide` (pitch a multiple of 8, dst 16-byte aligned);
+// kC0: the block's first consumer thread.
 // Stored straight from the accumulators (2-byte stores of 8 rows x 4 tokens each, unrolled over every token tile),
 // the epilogue took about a fifth of the consumers' sampled time at M = 1024 (ncu); this form made most rows at
 // M = 256-2048 2-10% faster, while staging a split's f32 partial sums the same way made the split rows 0.6-2.8%
