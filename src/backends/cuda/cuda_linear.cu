@@ -458,10 +458,9 @@ class CudaLinearImpl final : public CudaLinear {
     const int kt = wgmma_tile_tokens(p.m);
     p.wgmma_raw_x = detail::wgmma_raw_x_fits(rows, kt) &&
                     (raw_x_ >= 0 ? raw_x_ == 1 : wgmma_raw_x_pays(p.m, n16_, kc_, sms_, rows, sp));
-    std::unique_ptr<StreamBuf> xp;
+    std::optional<StreamBuf> xp;  // the permuted activations, where the kernel does not permute them itself
     if (!p.wgmma_raw_x) {
-      xp = std::make_unique<StreamBuf>(static_cast<size_t>(detail::wgmma_x_bytes(p.m, static_cast<int>(kc_), kt)),
-                                       stream);
+      xp.emplace(static_cast<size_t>(detail::wgmma_x_bytes(p.m, static_cast<int>(kc_), kt)), stream);
       detail::launch_permute_activations(p.x, act_, p.m, static_cast<int>(k_), static_cast<int>(kc_), kt, xp->get(),
                                          p.programmatic, stream);
       p.x = xp->get();

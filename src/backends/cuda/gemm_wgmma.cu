@@ -47,28 +47,43 @@ namespace {
 constexpr int kStages = 6;
 constexpr int kCodeBytes = kTileGroup * 32 * 16;   // one row block's codes of one chunk
 constexpr int kScaleBytes = kTileGroup * 32 * 2;   // and its scales
-// kCW consumer warpgroups (2: two row blocks each, or one each in blocks of 128 rows; 3 and 4: one each) and the
-// producer warpgroup.
-constexpr int threads(int cw, bool raw = false) { return 128 * (cw + 1 + (raw ? 1 : 0)); }
-// With the permuting warpgroup (kRaw, 2 consumers only): launched with 128 each (512 threads), then 24 for the
-// producer, 72 for the permuter (two chunks of 16-byte loads in flight, no spills) and 200 for the consumers of one
-// row block each (128·24 + 128·72 + 256·200 <= 512·128).
-constexpr int kPermuteRegs = 72, kRawConsumerRegs = 200;
-static_assert(128 * 24 + 128 * kPermuteRegs + 256 * kRawConsumerRegs <= 512 * 128, "setmaxnreg budget (kRaw)");
+// Warpgroups: the producer (0), with `raw` the permuter (1), then kCW consumer warpgroups (2: two row blocks each, or
+// one each in blocks of 128 rows; 3 and 4: one each).
+constexpr int first_consumer_wg(bool raw) { return raw ? 2 : 1; }
+constexpr int threads(int cw, bool raw = false) { return 128 * (first_consumer_wg(raw) + cw); }
 // Registers per thread after the start: the block keeps what it launched with (65536 / threads, rounded down
-// to 8), the producer gives some back and the consumers take them. 2 consumers: launched with 168 each (384
-// threads), then 40 for the producer and 232 for the consumers (128·40 + 256·232 = 384·168); 3 consumers: 128
-// (512 threads), then 24 and 160 (128·24 + 384·160 <= 512·128); 4 consumers: 96 (640 threads), then 24 and 112
-// (128·24 + 512·112 <= 640·96).
-constexpr int launch_regs(int cw) { return 65536 / threads(cw) / 8 * 8; }
-constexpr int producer_regs(int cw) { return cw == 2 ? 40 : 24; }
-constexpr int consumer_regs(int cw) { return cw == 2 ? 232 : cw == 3 ? 160 : 112; }
-constexpr bool regs_fit(int cw) {
-  return 128 * producer_regs(cw) + 128 * cw * consumer_regs(cw) <= threads(cw) * launch_regs(cw);
+// to 8), the producer (and the permuter) give some back and the consumers take them. 2 consumers: launched with 168
+// each (384 threads), then 40 for the producer and 232 for the consumers (128·40 + 256·232 = 384·168); 3 consumers:
+// 128 (512 threads), then 24 and 160 (128·24 + 384·160 <= 512·128); 4 consumers: 96 (640 threads), then 24 and 112
+// (128·24 + 512·112 <= 640·96). With the permuter (2 consumers of one row block each): 128 (512 threads), then 24
+// for the producer, 72 for the permuter (two chunks of 16-byte loads in flight, no spills) and 200 for the consumers
+// (128·24 + 128·72 + 256·200 <= 512·128).
+constexpr int kPermuterRegs = 72;
+constexpr int launch_regs(int cw, bool raw = false) { return 65536 / threads(cw, raw) / 8 * 8; }
+constexpr int producer_regs(int cw, bool raw = false) { return cw == 2 && !raw ? 40 : 24; }
+constexpr int consumer_regs(int cw, bool raw = false) { return raw ? 200 : cw == 2 ? 232 : cw == 3 ? 160 : 112; }
+constexpr bool regs_fit(int cw, bool raw = false) {
+  return 128 * producer_regs(cw, raw) + (raw ? 128 * kPermuterRegs : 0) + 128 * cw * consumer_regs(cw, raw) <=
+         threads(cw, raw) * launch_regs(cw, raw);
 }
-static_assert(launch_regs(2) == 168 && launch_regs(3) == 128 && launch_regs(4) == 96 && regs_fit(2) && regs_fit(3) &&
-                  regs_fit(4),
+static_assert(launch_regs(2) == 168 && launch_regs(3) == 128 && launch_regs(4) == 96 && launch_regs(2, true) == 128 &&
+                  regs_fit(2) && regs_fit(3) && regs_fit(4) && regs_fit(2, true),
               "setmaxnreg budgets must fit the registers the block launched with");
+// The 16-byte unit of a token row of an activation tile that holds its unit `unit` (0-7) of the MMA column order:
+// the 128-byte swizzle wgmma's descriptor reads (unit ^ row % 8).
+__host__ __device__ constexpr int swizzled_unit(int row, int unit) { return unit ^ (row & 7); }
+// The permuter's 16-byte loads hold K pairs 4q .. 4q + 3 of a chunk's row; pair 4q + jj goes to word permuter_word(q)
+// of 16-byte unit permuter_unit(q, jj) (before the swizzle): mma_word_of_pair's closed form for such pairs, in the
+// operations the permuter's address setup compiles to.
+__host__ __device__ constexpr int permuter_unit(int q, int jj) { return 4 * (q & 1) + jj; }
+__host__ __device__ constexpr int permuter_word(int q) { return q >> 1; }
+constexpr bool permuter_places_pairs_as_mma_word_of_pair() {
+  for (int q = 0; q < 8; ++q)
+    for (int jj = 0; jj < 4; ++jj)
+      if (4 * permuter_unit(q, jj) + permuter_word(q) != mma_word_of_pair(4 * q + jj)) return false;
+  return true;
+}
+static_assert(permuter_places_pairs_as_mma_word_of_pair(), "the permuter must store pairs in the MMA column order");
 // One stage: the activation tile, then kRB row blocks' codes and scales, padded to 1024 bytes (each stage's
 // activation tile must stay 1024-byte aligned for the 128-byte swizzle).
 constexpr int stage_bytes(int kt, int rb) { return (kt * 128 + rb * (kCodeBytes + kScaleBytes) + 1023) / 1024 * 1024; }
@@ -134,7 +149,7 @@ __global__ void __launch_bounds__(threads(kCW, kRaw), 1) wgmma_gemm_kernel(const
 #ifdef NVFP4_WGMMA
   constexpr int kRB = kRows / 64;
   static_assert(kRB >= 2 && kRB <= 4 && kRB % kCW == 0, "row blocks per block: 2, 3 or 4, whole per consumer");
-  constexpr int kThreads = threads(kCW, kRaw), kB = kRB / kCW, kC0 = kRaw ? 256 : 128;  // first consumer thread
+  constexpr int kThreads = threads(kCW, kRaw), kB = kRB / kCW, kC0 = 128 * first_consumer_wg(kRaw);
   static_assert(!kRaw || (kCW == 2 && kB == 1 && kT == 64), "the permuting warpgroup: 128-row blocks, 64 tokens");
   constexpr int kStage = stage_bytes(kT, kRB), kXBytes = kT * 128, kAcc = kT / 2;
   extern __shared__ uint8_t smem_raw[];
@@ -181,7 +196,7 @@ __global__ void __launch_bounds__(threads(kCW, kRaw), 1) wgmma_gemm_kernel(const
   __syncthreads();
 
   if (warp < 4) {  // producer: warp b < live copies row block b (and warp 0 the activation tile, unless kRaw)
-    setmaxnreg_dec<kRaw ? 24 : producer_regs(kCW)>();
+    setmaxnreg_dec<producer_regs(kCW, kRaw)>();
     if (lane != 0 || warp >= live || nc == 0) return;
     const int b = warp;
     const uint64_t evict_first = l2_evict_first();
@@ -222,11 +237,12 @@ __global__ void __launch_bounds__(threads(kCW, kRaw), 1) wgmma_gemm_kernel(const
 
   if constexpr (kRaw) {
     if (warp < 8) {  // permuter: the activation tile of each chunk from the row-major x, permuted and swizzled
-      setmaxnreg_dec<kPermuteRegs>();
+      setmaxnreg_dec<kPermuterRegs>();
       if (nc == 0) return;
       // Thread pt: 16-byte unit q (K values 8q .. 8q + 7 of the chunk, pairs 4q .. 4q + 3) of token rows r0 + 16j
-      // (j < 4; rows past m re-read row m - 1, whose outputs are not stored). Pair P of a row goes to word P / 8
-      // of 16-byte unit P % 8 (mma_column_k), swizzled (unit ^ row % 8): pair 4q + jj to unit 4(q % 2) + jj.
+      // (j < 4; rows past m re-read row m - 1, whose outputs are not stored). Pair 4q + jj goes to word
+      // mma_word_of_pair(4q + jj) of the row: word q / 2 of 16-byte unit 4(q % 2) + jj (permuter_unit, _word), in
+      // its swizzled place; rows r0 + 16j share r0's swizzle.
       const int pt = tid - 128, q = pt & 7, r0 = pt >> 3;
       const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kT;
       const char* src[4];
@@ -238,7 +254,7 @@ __global__ void __launch_bounds__(threads(kCW, kRaw), 1) wgmma_gemm_kernel(const
       uint32_t dst0[4];
 #pragma unroll
       for (int jj = 0; jj < 4; ++jj)
-        dst0[jj] = base + r0 * 128 + (((4 * (q & 1) + jj) ^ (r0 & 7)) << 4) + (q >> 1) * 4;
+        dst0[jj] = base + r0 * 128 + (swizzled_unit(r0, permuter_unit(q, jj)) << 4) + permuter_word(q) * 4;
       const int kin = p.k - c0 * 64 - q * 8;  // this unit is inside K in chunk i where 64·i < kin
       pdl_wait();  // x is the previous kernel's output
       pdl_launch_dependents();
@@ -282,8 +298,8 @@ __global__ void __launch_bounds__(threads(kCW, kRaw), 1) wgmma_gemm_kernel(const
   }
 
   // Consumers: warpgroup wg owns row blocks kB·wg .. kB·wg + kB - 1; its warp w4 supplies tile w4 of each.
-  setmaxnreg_inc<kRaw ? kRawConsumerRegs : consumer_regs(kCW)>();
-  const int wg = (warp >> 2) - 1 - (kRaw ? 1 : 0), w4 = warp & 3;
+  setmaxnreg_inc<consumer_regs(kCW, kRaw)>();
+  const int wg = (warp >> 2) - first_consumer_wg(kRaw), w4 = warp & 3;
   float acc[kB][kAcc];
 #pragma unroll
   for (int b = 0; b < kB; ++b)
@@ -433,7 +449,7 @@ __global__ void permute_tiles_kernel(const T* __restrict__ x, int64_t m, int k, 
       if (kx < k) v[j] = *reinterpret_cast<const uint32_t*>(x + row * k + kx);
     }
   }
-  uint8_t* dst = reinterpret_cast<uint8_t*>(out) + tile_row * 128 + ((q ^ (r & 7)) << 4);
+  uint8_t* dst = reinterpret_cast<uint8_t*>(out) + tile_row * 128 + (swizzled_unit(r, q) << 4);
   *reinterpret_cast<uint4*>(dst) = make_uint4(v[0], v[1], v[2], v[3]);
 }
 

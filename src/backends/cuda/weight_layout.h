@@ -50,6 +50,15 @@ struct FragmentWeights {
 // lane's 16 consecutive K values itself; the wgmma kernel reads B rows from shared memory, so its activations
 // are first permuted so that position 16s + c of a chunk holds K = mma_column_k(s, c).
 constexpr int mma_column_k(int s, int c) { return 16 * ((c % 8) / 2) + 4 * s + 2 * (c / 8) + c % 2; }
+// The inverse at the granularity of K pairs: the 4-byte word (0..31) of a chunk's 128-byte row in that order that holds
+// K pair p (K = 2p, 2p + 1 of the chunk): word 8s + c/2 holds K = mma_column_k(s, c) for even c.
+constexpr int mma_word_of_pair(int p) { return 4 * (p % 8) + p / 8; }
+constexpr bool mma_word_of_pair_inverts_mma_column_k() {
+  for (int w = 0; w < 32; ++w)
+    if (mma_word_of_pair(mma_column_k(w / 8, 2 * (w % 8)) / 2) != w) return false;
+  return true;
+}
+static_assert(mma_word_of_pair_inverts_mma_column_k(), "mma_word_of_pair must invert mma_column_k");
 
 // w: codes (n, k/2) and scales (n, k/16) linear; k % 16 == 0; act BF16 or F16 (throws nvfp4::Error otherwise).
 FragmentWeights make_fragment_weights(const Nvfp4Matrix& w, DType act);
