@@ -592,8 +592,8 @@ TEST(CudaLinear, WgmmaSplitBlocksWithinBoundAndDeterministic) {
 // The wgmma kernel's own activation permutation (blocks of 128 rows, 64-token tiles: set_wgmma_raw_x) against the
 // permutation kernel: the same MMAs on the same values, so y must be bit-identical, and within the bound. 900 rows
 // (the last 128-row block has one row block inside), K of 17 chunks (the last one partial: zeros past K), M = 17, 50
-// and 64 (token rows past M in the tile), unsplit and split 2 and 4 ways (blocks of 17, 9 and 5 chunks), every
-// semantics.
+// and 64 (token rows past M in the tile), unsplit and split 2, 4 and 8 ways (blocks of 17, 9, 5 and 3 chunks; the
+// last ones shorter, the last two of 8 splits empty), every semantics.
 TEST(CudaLinear, WgmmaOwnPermutationEqualsThePermutationKernel) {
   NVFP4_REQUIRE_GPU();
   if (!detail::wgmma_available(0)) GTEST_SKIP() << "no wgmma kernel here (it needs sm_90a)";
@@ -606,7 +606,7 @@ TEST(CudaLinear, WgmmaOwnPermutationEqualsThePermutationKernel) {
     for (int64_t m : {17, 50, 64}) {
       const auto x = random_activations(t, m, k, 1.0f, seed++);
       const Reference ref = reference(w, s, t, x, m);
-      for (int splits : {1, 2, 4}) {
+      for (int splits : {1, 2, 4, 8}) {
         const std::string what = label(s, t, m, n, k) + "/splits" + std::to_string(splits);
         auto with = [&](int raw) {
           return [raw, splits](CudaLinear& l) {
