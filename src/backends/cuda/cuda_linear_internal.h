@@ -170,7 +170,9 @@ void set_wgmma_from(CudaLinear& l, int64_t m);
 // grid is one round of blocks (at most one per SM) of at most kWgmmaRawMaxChunks chunks each, so that every block
 // starts by waiting for the activations and none runs long enough for the permuting warpgroup's pace to show.
 // Measured (docs/PERF.md, change 116): 4096x4096 at M = 17-64 (128 blocks of 16 chunks) 5% faster; slower on every
-// other grid tried: two rounds of 13 chunks 0-3%, one round of 32-56 chunks 6-13%, more of 43-64 chunks 15-28%.
+// other grid tried: two rounds of 13 chunks 0-3%, one round of 32-56 chunks 6-13%, more of 43-64 chunks 15-28%. On
+// long blocks the consumers wait for activations while the permuter waits for its loads (two chunks in flight: one
+// round trip per two chunks; ncu, change 117).
 constexpr int64_t kWgmmaRawMaxChunks = 16;
 bool wgmma_raw_x_pays(int64_t m, int64_t n16, int64_t kc, int sms, int rows, WgmmaSplit sp);
 // -1: wgmma_raw_x_pays; 0: the permutation kernel always; 1: the kernel's own permutation wherever it has the form.
