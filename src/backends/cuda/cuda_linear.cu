@@ -891,9 +891,8 @@ int64_t makespan_chunks(int64_t a, int64_t la, int64_t b, int64_t lb, int sms) {
 
 // Blocks of `rows` weight rows of a call of m tokens under split sp: (token blocks, row blocks as launched).
 std::pair<int64_t, int64_t> wgmma_blocks(int64_t m, int64_t n16, int rows, WgmmaSplit sp) {
-  const int64_t rbs = wgmma_row_blocks(n16, rows);
   return {ceil_div(m, int64_t{wgmma_tile_tokens(m)}),
-          sp.splits > 1 ? sp.split_rb0 + (rbs - sp.split_rb0) * sp.splits : rbs};
+          detail::wgmma_grid_rows(wgmma_row_blocks(n16, rows), sp.splits, sp.split_rb0)};
 }
 
 // µs per K chunk of a round of blocks of kt tokens and `rows` weight rows.

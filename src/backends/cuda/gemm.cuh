@@ -117,6 +117,11 @@ bool wgmma_available(int device);
 inline bool wgmma_split_inside(int splits, int split_rb0, int rows, int64_t n) {
   return splits == 1 || (split_rb0 >= 0 && static_cast<int64_t>(split_rb0) * rows < n);
 }
+// Block rows of a wgmma launch over row_blocks blocks of weight rows: those before split_rb0 once, each later one
+// once per K range (splits of them); splits == 1: row_blocks. The launcher's grid and the host's grid estimates.
+inline int64_t wgmma_grid_rows(int64_t row_blocks, int splits, int split_rb0) {
+  return splits > 1 ? split_rb0 + (row_blocks - split_rb0) * splits : row_blocks;
+}
 inline int64_t wgmma_x_bytes(int64_t m, int kc, int tile_tokens) {
   return (m + tile_tokens - 1) / tile_tokens * tile_tokens * kc * 128;
 }

@@ -482,8 +482,7 @@ void launch_typed(const GemmParams& p, cudaStream_t stream) {
   constexpr int kRB = kRows / 64;
   raise_dynamic_smem_limit<kernel>(smem_bytes(kT, kRB));
   const int64_t groups = stored_tiles(p.n16) / kTileGroup;
-  const int64_t rbs = ceil_div(groups, kRB);
-  const int64_t y = p.splits > 1 ? p.split_rb0 + (rbs - p.split_rb0) * p.splits : rbs;
+  const int64_t y = wgmma_grid_rows(ceil_div(groups, kRB), p.splits, p.split_rb0);
   const dim3 grid(static_cast<unsigned>(ceil_div(p.m, kT)), static_cast<unsigned>(y));
   launch_maybe_programmatic(p.programmatic, kernel, grid, dim3(threads(kCW, kRaw)), smem_bytes(kT, kRB), stream, p);
 }
