@@ -87,8 +87,16 @@ static_assert(permuter_places_pairs_as_mma_word_of_pair(), "the permuter must st
 // One stage: the activation tile, then kRB row blocks' codes and scales, padded to 1024 bytes (each stage's
 // activation tile must stay 1024-byte aligned for the 128-byte swizzle).
 constexpr int stage_bytes(int kt, int rb) { return (kt * 128 + rb * (kCodeBytes + kScaleBytes) + 1023) / 1024 * 1024; }
-// + 1024 for aligning the ring (128-byte swizzle atoms), + the full and empty mbarriers of every stage.
-constexpr int smem_bytes(int kt, int rb) { return 1024 + kStages * stage_bytes(kt, rb) + 2 * kStages * 8; }
+// The permuter's staging ring (kRaw): kXSlots chunks of the 64-token tile, each thread's 16-byte copies of a chunk
+// in its own four units of the slot, so that kXSlots chunks are in flight without registers.
+constexpr int kXSlots = 4;
+constexpr int kXSlotBytes = 64 * 128;
+constexpr int staging_bytes(bool raw) { return raw ? kXSlots * kXSlotBytes : 0; }
+// + 1024 for aligning the ring (128-byte swizzle atoms), + the staging ring (kRaw), + the full and empty mbarriers
+// of every stage.
+constexpr int smem_bytes(int kt, int rb, bool raw = false) {
+  return 1024 + kStages * stage_bytes(kt, rb) + staging_bytes(raw) + 2 * kStages * 8;
+}
 
 // Epilogue of the consumer warpgroups without a K split: the block's kT x kRows outputs (value(b, i, nl): the lane's
 // accumulator i of its row block b, at column nl of the block) written per lane into token rows of the ring (kRing
@@ -156,7 +164,8 @@ __global__ void __launch_bounds__(threads(kCW, kRaw), 1) wgmma_gemm_kernel(const
   const uint32_t raw = smem_addr(smem_raw);
   const uint32_t base = (raw + 1023) & ~1023u;
   uint8_t* const ring = smem_raw + (base - raw);
-  const uint32_t full0 = base + kStages * kStage, empty0 = full0 + 8 * kStages;
+  const uint32_t staging = base + kStages * kStage;  // the permuter's (kRaw)
+  const uint32_t full0 = staging + staging_bytes(kRaw), empty0 = full0 + 8 * kStages;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int64_t groups = stored_tiles(p.n16) / kTileGroup;
   // This block's kRows rows and K range: y < split_rb0 a whole block of rows, then split z of block
@@ -175,8 +184,8 @@ __global__ void __launch_bounds__(threads(kCW, kRaw), 1) wgmma_gemm_kernel(const
 
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mbar_init(full0 + 8 * s, live + (kRaw ? 128 : 0));  // one per producer warp with a row block inside (and
-                                                          // one per permuting thread)
+      mbar_init(full0 + 8 * s, live + (kRaw ? 4 : 0));  // one per producer warp with a row block inside (and
+                                                        // one per permuter warp)
       mbar_init(empty0 + 8 * s, 4 * kCW);
     }
     mbar_init_fence();
@@ -240,9 +249,10 @@ __global__ void __launch_bounds__(threads(kCW, kRaw), 1) wgmma_gemm_kernel(const
       setmaxnreg_dec<kPermuterRegs>();
       if (nc == 0) return;
       // Thread pt: 16-byte unit q (K values 8q .. 8q + 7 of the chunk, pairs 4q .. 4q + 3) of token rows r0 + 16j
-      // (j < 4; rows past m re-read row m - 1, whose outputs are not stored). Pair 4q + jj goes to word
-      // mma_word_of_pair(4q + jj) of the row: word q / 2 of 16-byte unit 4(q % 2) + jj (permuter_unit, _word), in
-      // its swizzled place; rows r0 + 16j share r0's swizzle.
+      // (j < 4; rows past m re-read row m - 1, whose outputs are not stored), copied (cp.async, zeros past K) into
+      // its own units of staging slot i % kXSlots kXSlots chunks ahead, then read back and stored pair 4q + jj into
+      // word mma_word_of_pair(4q + jj) of the row: word q / 2 of 16-byte unit 4(q % 2) + jj (permuter_unit, _word),
+      // in its swizzled place; rows r0 + 16j share r0's swizzle.
       const int pt = tid - 128, q = pt & 7, r0 = pt >> 3;
       const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kT;
       const char* src[4];
@@ -255,17 +265,26 @@ __global__ void __launch_bounds__(threads(kCW, kRaw), 1) wgmma_gemm_kernel(const
 #pragma unroll
       for (int jj = 0; jj < 4; ++jj)
         dst0[jj] = base + r0 * 128 + (swizzled_unit(r0, permuter_unit(q, jj)) << 4) + permuter_word(q) * 4;
-      const int kin = p.k - c0 * 64 - q * 8;  // this unit is inside K in chunk i where 64·i < kin
+      const uint32_t own = staging + pt * 16;  // unit j of a slot: own + slot·kXSlotBytes + j·2048
+      const int kin = p.k - c0 * 64 - q * 8;   // this unit is inside K in chunk i where 64·i < kin
+      auto copy = [&](int i, int slot) {       // chunk i into `slot`, one copy group (empty past the block's chunks)
+        if (i < nc) {
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+            cp_async16(own + slot * kXSlotBytes + j * 2048, src[j] + static_cast<int64_t>(i) * 128, 64 * i < kin ? 16 : 0);
+        }
+        cp_async_commit();
+      };
       pdl_wait();  // x is the previous kernel's output
       pdl_launch_dependents();
-      auto load = [&](int i, uint4 (&v)[4]) {
 #pragma unroll
-        for (int j = 0; j < 4; ++j)
-          v[j] = 64 * i < kin ? *reinterpret_cast<const uint4*>(src[j] + static_cast<int64_t>(i) * 128)
-                              : make_uint4(0, 0, 0, 0);
-      };
-      auto store = [&](int i, const uint4 (&v)[4]) {
-        const int s = i % kStages;
+      for (int i = 0; i < kXSlots; ++i) copy(i, i);
+      // Chunk i: staging slot xs, stage s.
+      for (int i = 0, xs = 0, s = 0; i < nc; ++i) {
+        cp_async_wait<kXSlots - 1>();  // this thread's copies of chunk i are in
+        uint4 v[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) v[j] = lds128(own + xs * kXSlotBytes + j * 2048);
         if (i >= kStages) mbar_wait(empty0 + 8 * s, (i / kStages - 1) & 1);  // the consumers are done with it
         const uint32_t st = s * kStage;
 #pragma unroll
@@ -276,23 +295,13 @@ __global__ void __launch_bounds__(threads(kCW, kRaw), 1) wgmma_gemm_kernel(const
           sts32(dst0[3] + st + j * 2048, v[j].w);
         }
         fence_proxy_async();  // generic stores, read by the MMAs (async proxy)
-        mbar_arrive(full0 + 8 * s);
-      };
-      // Two chunks in flight: chunk i + 2 is requested once chunk i is stored (three in flight measured slower,
-      // docs/PERF.md, change 116).
-      uint4 v[2][4];
-#pragma unroll
-      for (int d = 0; d < 2; ++d)
-        if (d < nc) load(d, v[d]);
-      for (int i = 0; i < nc; i += 2) {
-#pragma unroll
-        for (int d = 0; d < 2; ++d) {
-          if (i + d < nc) {
-            store(i + d, v[d]);
-            if (i + d + 2 < nc) load(i + d + 2, v[d]);
-          }
-        }
+        __syncwarp();         // the warp's stores are done
+        if (lane == 0) mbar_arrive(full0 + 8 * s);
+        copy(i + kXSlots, xs);  // into the slot just read (its values are stored)
+        if (++xs == kXSlots) xs = 0;
+        if (++s == kStages) s = 0;
       }
+      cp_async_wait<0>();  // only empty groups are left
       return;
     }
   }
@@ -480,11 +489,12 @@ template <typename T, int kMode, int kT, int kCW, int kRows, bool kRaw = false>
 void launch_typed(const GemmParams& p, cudaStream_t stream) {
   constexpr auto kernel = wgmma_gemm_kernel<T, kMode, kT, kCW, kRows, kRaw>;
   constexpr int kRB = kRows / 64;
-  raise_dynamic_smem_limit<kernel>(smem_bytes(kT, kRB));
+  raise_dynamic_smem_limit<kernel>(smem_bytes(kT, kRB, kRaw));
   const int64_t groups = stored_tiles(p.n16) / kTileGroup;
   const int64_t y = wgmma_grid_rows(ceil_div(groups, kRB), p.splits, p.split_rb0);
   const dim3 grid(static_cast<unsigned>(ceil_div(p.m, kT)), static_cast<unsigned>(y));
-  launch_maybe_programmatic(p.programmatic, kernel, grid, dim3(threads(kCW, kRaw)), smem_bytes(kT, kRB), stream, p);
+  launch_maybe_programmatic(p.programmatic, kernel, grid, dim3(threads(kCW, kRaw)), smem_bytes(kT, kRB, kRaw), stream,
+                            p);
 }
 
 template <typename T, int kMode>
