@@ -7,8 +7,9 @@
 // first written permuted into that order (launch_permute_activations) and tiled, so that the B operand of step s is the
 // 32 bytes at 32s of each 128-byte token row (128-byte swizzle, the layout wgmma's descriptor reads). The form for
 // blocks of 128 rows and 64 tokens with kRaw reads the row-major activations instead: a warpgroup of its own (the
-// permuter) loads each chunk's tile, 16 bytes per lane and row, and stores it into the stage in that order (4-byte
-// shared stores, a proxy fence, one arrival per thread on the stage's barrier), two chunks in flight; the host picks
+// permuter) copies each chunk's tile, 16 bytes per lane and row, into a staging ring (cp.async, four chunks in
+// flight), and stores it into the stage in that order (4-byte shared stores, a proxy fence, one arrival per warp on
+// the stage's barrier); the host picks
 // it where the grid is one round of short blocks (wgmma_raw_x_pays), whose start otherwise waits for the permutation
 // kernel.
 //
@@ -271,7 +272,8 @@ __global__ void __launch_bounds__(threads(kCW, kRaw), 1) wgmma_gemm_kernel(const
         if (i < nc) {
 #pragma unroll
           for (int j = 0; j < 4; ++j)
-            cp_async16(own + slot * kXSlotBytes + j * 2048, src[j] + static_cast<int64_t>(i) * 128, 64 * i < kin ? 16 : 0);
+            cp_async16(own + slot * kXSlotBytes + j * 2048, src[j] + static_cast<int64_t>(i) * 128,
+                       64 * i < kin ? 16 : 0);
         }
         cp_async_commit();
       };
