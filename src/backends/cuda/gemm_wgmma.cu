@@ -98,6 +98,7 @@ constexpr int staging_bytes(bool raw) { return raw ? kXSlots * kXSlotBytes : 0; 
 constexpr int smem_bytes(int kt, int rb, bool raw = false) {
   return 1024 + kStages * stage_bytes(kt, rb) + staging_bytes(raw) + 2 * kStages * 8;
 }
+static_assert(smem_bytes(64, 2, true) <= smem_bytes(128, 4), "wgmma_available checks the largest form's shared memory");
 
 // Epilogue of the consumer warpgroups without a K split: the block's kT x kRows outputs (value(b, i, nl): the lane's
 // accumulator i of its row block b, at column nl of the block) written per lane into token rows of the ring (kRing
