@@ -457,7 +457,7 @@ class CudaLinearImpl final : public CudaLinear {
     p.split_rb0 = sp.splits > 1 ? sp.split_rb0 : 0;
     const int kt = wgmma_tile_tokens(p.m);
     p.wgmma_raw_x = detail::wgmma_raw_x_fits(rows, kt) &&
-                    (raw_x_ >= 0 ? raw_x_ == 1 : wgmma_raw_x_pays(p.m, n16_, kc_, sms_, rows, sp));
+                    (raw_x_ >= 0 ? raw_x_ == 1 : wgmma_raw_x_pays(p.m, n16_, sms_, rows, sp));
     std::optional<StreamBuf> xp;  // the permuted activations, where the kernel does not permute them itself
     if (!p.wgmma_raw_x) {
       xp.emplace(static_cast<size_t>(detail::wgmma_x_bytes(p.m, static_cast<int>(kc_), kt)), stream);
@@ -905,11 +905,10 @@ double wgmma_chunk_us(int kt, int rows) { return (kt == 64 ? 0.55 : 0.74) * wgmm
 // in one call; change 84).
 double wgmma_rows_factor(int rows) { return rows == 128 ? 0.55 : rows == 192 ? 0.77 : 1.0; }
 
-bool wgmma_raw_x_pays(int64_t m, int64_t n16, int64_t kc, int sms, int rows, WgmmaSplit sp) {
+bool wgmma_raw_x_pays(int64_t m, int64_t n16, int sms, int rows, WgmmaSplit sp) {
   if (!detail::wgmma_raw_x_fits(rows, wgmma_tile_tokens(m))) return false;
   const auto [token_blocks, row_blocks] = wgmma_blocks(m, n16, rows, sp);
-  const int64_t block_chunks = sp.splits > 1 && sp.split_rb0 == 0 ? ceil_div(kc, int64_t{sp.splits}) : kc;
-  return token_blocks * row_blocks <= sms && block_chunks <= kWgmmaRawMaxChunks;
+  return token_blocks * row_blocks <= sms;
 }
 
 double wgmma_time_us(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms, WgmmaSplit split, int rows) {

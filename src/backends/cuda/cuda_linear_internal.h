@@ -167,14 +167,10 @@ int64_t default_wgmma_from(int64_t n, int64_t k);
 void set_wgmma_from(CudaLinear& l, int64_t m);
 // Whether a wgmma grid (blocks of `rows` rows, split sp, m tokens) runs the kernel's form that permutes the activations
 // itself (detail::wgmma_raw_x_fits: blocks of 128 rows, 64-token tiles), without the permutation kernel: where the
-// grid is one round of blocks (at most one per SM) of at most kWgmmaRawMaxChunks chunks each, so that every block
-// starts by waiting for the activations and none runs long enough for the permuting warpgroup's pace to show.
-// Measured (docs/PERF.md, change 116): 4096x4096 at M = 17-64 (128 blocks of 16 chunks) 5% faster; slower on every
-// other grid tried: two rounds of 13 chunks 0-3%, one round of 32-56 chunks 6-13%, more of 43-64 chunks 15-28%. On
-// long blocks the consumers wait for activations while the permuter waits for its loads (two chunks in flight: one
-// round trip per two chunks; ncu, change 117).
-constexpr int64_t kWgmmaRawMaxChunks = 16;
-bool wgmma_raw_x_pays(int64_t m, int64_t n16, int64_t kc, int sms, int rows, WgmmaSplit sp);
+// grid is one round of blocks (at most one per SM). Measured with the staging permuter at M = 64 on an H100
+// (docs/PERF.md, change 118): one round faster (4096x4096, 128 blocks of 16 chunks, 10-14%; 4096x14336, 128 of 56,
+// 5%); two rounds equal (10240x8192, 240 blocks of 43 chunks) or 3% slower (28672x4096, 224 of 64).
+bool wgmma_raw_x_pays(int64_t m, int64_t n16, int sms, int rows, WgmmaSplit sp);
 // -1: wgmma_raw_x_pays; 0: the permutation kernel always; 1: the kernel's own permutation wherever it has the form.
 void set_wgmma_raw_x(CudaLinear& l, int mode);
 

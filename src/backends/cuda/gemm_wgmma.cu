@@ -9,9 +9,8 @@
 // blocks of 128 rows and 64 tokens with kRaw reads the row-major activations instead: a warpgroup of its own (the
 // permuter) copies each chunk's tile, 16 bytes per lane and row, into a staging ring (cp.async, four chunks in
 // flight), and stores it into the stage in that order (4-byte shared stores, a proxy fence, one arrival per warp on
-// the stage's barrier); the host picks
-// it where the grid is one round of short blocks (wgmma_raw_x_pays), whose start otherwise waits for the permutation
-// kernel.
+// the stage's barrier); the host picks it where the grid is one round of blocks (wgmma_raw_x_pays), which saves the
+// permutation kernel and the blocks' wait for it.
 //
 // Block: 1 + kCW warpgroups (2 + kCW with kRaw: the permuter is warpgroup 1) and kRows (256, 192 or 128) weight rows.
 // Warpgroup 0 (the producer) streams K chunks into a kStages-deep shared-memory ring with bulk copies, one mbarrier per

@@ -49,24 +49,27 @@ TEST(CudaWgmmaGrid, WgmmaFromM17OnLayersOf20MiWeights) {
   EXPECT_EQ(default_wgmma_from(128256, 4096), 17);
 }
 
-// The wgmma kernel permutes the activations itself on one round of 128-row, 64-token blocks of at most 16 chunks:
-// 4096x4096 at M = 33-64 on 132 SMs (32 row blocks x 4 splits of 16 chunks); not on the other grids measured slower
-// (docs/PERF.md, change 116) nor where the kernel has no such form.
-TEST(CudaWgmmaGrid, OwnPermutationOnOneRoundOfShortBlocks) {
+// The wgmma kernel permutes the activations itself on one round of 128-row, 64-token blocks (at most one block per
+// SM): 4096x4096 at M = 33-64 and 4096x14336 at M = 64 on 132 SMs (docs/PERF.md, change 118); not on two rounds nor
+// where the kernel has no such form.
+TEST(CudaWgmmaGrid, OwnPermutationOnOneRoundOfBlocks) {
   const int64_t n16 = 4096 / 16, kc = 4096 / 64;
   for (int64_t m : {33, 64}) {
     const WgmmaGrid g = wgmma_grid(m, 4096, n16, kc, 132);
     ASSERT_EQ(g.rows, 128);
     ASSERT_EQ(g.split.splits, 4);
-    EXPECT_TRUE(wgmma_raw_x_pays(m, n16, kc, 132, g.rows, g.split)) << m;
-    EXPECT_FALSE(wgmma_raw_x_pays(m, n16, kc, 100, g.rows, g.split)) << m;  // 128 blocks: two rounds on 100 SMs
+    EXPECT_TRUE(wgmma_raw_x_pays(m, n16, 132, g.rows, g.split)) << m;
+    EXPECT_FALSE(wgmma_raw_x_pays(m, n16, 100, g.rows, g.split)) << m;  // 128 blocks: two rounds on 100 SMs
   }
-  EXPECT_FALSE(wgmma_raw_x_pays(65, n16, kc, 132, 128, {4, 0}));    // 128-token tiles: no such form
-  EXPECT_FALSE(wgmma_raw_x_pays(64, n16, kc, 132, 256, {8, 0}));    // 256-row blocks: no such form
-  EXPECT_FALSE(wgmma_raw_x_pays(64, n16, kc, 132, 128, {2, 0}));    // 64 blocks of 32 chunks
-  EXPECT_FALSE(wgmma_raw_x_pays(64, n16, kc, 132, 128, {4, 8}));    // the first 8 row blocks unsplit, 64 chunks
-  EXPECT_FALSE(wgmma_raw_x_pays(64, 4096 / 16, 14336 / 64, 132, 128, {4, 0}));  // 4096x14336: 56 chunks
-  EXPECT_FALSE(wgmma_raw_x_pays(17, 6144 / 16, kc, 132, 128, {5, 0}));          // 240 blocks of 13: two rounds
+  const WgmmaGrid g = wgmma_grid(64, 4096, n16, 14336 / 64, 132);  // 4096x14336: 128 blocks of 56 chunks
+  ASSERT_EQ(g.rows, 128);
+  EXPECT_TRUE(wgmma_raw_x_pays(64, n16, 132, g.rows, g.split));
+  EXPECT_TRUE(wgmma_raw_x_pays(64, n16, 132, 128, {4, 8}));      // 8 unsplit row blocks + 24 x 4 split: 104 blocks
+  EXPECT_FALSE(wgmma_raw_x_pays(64, n16, 132, 128, {5, 0}));     // 160 blocks: two rounds
+  EXPECT_FALSE(wgmma_raw_x_pays(64, 28672 / 16, 132, 128, {1, 0}));  // 28672x4096: 224 blocks
+  EXPECT_FALSE(wgmma_raw_x_pays(65, n16, 132, 128, {4, 0}));     // 128-token tiles: no such form
+  EXPECT_FALSE(wgmma_raw_x_pays(64, n16, 132, 256, {8, 0}));     // 256-row blocks: no such form
+  EXPECT_FALSE(wgmma_raw_x_pays(64, n16, 132, 192, {4, 0}));     // 192-row blocks: no such form
 }
 
 // The split of the last round's blocks is considered before the split of every block: 57344x8192 at M = 17 on 132
