@@ -14,8 +14,8 @@
 //                   [--tile-mb 16,32,64] (large-M path's dequantized tile size; one row each there)
 //                   [--custom 12672x8192,...] (other layer shapes: alone, instead of the listed ones; with
 //                   --shapes, after them; no Marlin column)
-//                   [--quantizer-rows] (W4A4 at M = 1: also a row with the quantizer kernel before the GEMM,
-//                   path "fused-qk", where the default has the decode kernel quantize the row itself)
+//                   [--quantizer-rows] (W4A4 at M = 1 and on the wgmma kernel: also a row with the quantizer
+//                   kernel before the GEMM, path "fused-qk", where the default has the GEMM quantize x itself)
 //                   [--semantics w4a16,w4a4,w4a4-vllm] (only these; default: all three)
 //                   [--decode-grids 1.4.l.p2,2.8,...] (decode kernel's grid forced, one row each where the M
 //                   runs it: tiles per warp . K split [. l: light variant] [. pN: every block row in N parts];
@@ -370,14 +370,14 @@ int main(int argc, char** argv) {
       // per tile size on the large-M path; one row otherwise.
       struct Variant {
         int rule, splits, tile_mb;
-        bool quantizer = false;  // W4A4 at M = 1: the quantizer kernel instead of the decode kernel's own
+        bool quantizer = false;  // W4A4: the quantizer kernel instead of the GEMM's own quantization
         int grid = -1;           // index into --decode-grids
       };
       std::vector<Variant> variants;
       for (int64_t r : rules) variants.push_back({static_cast<int>(r), 0, 0});
       for (int64_t sp : splits_list) variants.push_back({static_cast<int>(rules.front()), static_cast<int>(sp), 0});
       for (int64_t t : tile_mbs) variants.push_back({static_cast<int>(rules.front()), 0, static_cast<int>(t)});
-      if (quantizer_rows && m == 1) variants.push_back({static_cast<int>(rules.front()), 0, 0, true});
+      if (quantizer_rows) variants.push_back({static_cast<int>(rules.front()), 0, 0, true});
       for (size_t gi = 0; gi < grids.size(); ++gi)
         variants.push_back({static_cast<int>(rules.front()), 0, 0, false, static_cast<int>(gi)});
       for (int sidx = 0; sidx < 3; ++sidx) {
@@ -388,7 +388,7 @@ int main(int argc, char** argv) {
         bool printed = false;
         for (size_t vi = 0; vi < variants.size(); ++vi) {
           const Variant& v = variants[vi];
-          const bool per_quantizer = v.quantizer && fused_path && sidx > 0;
+          const bool per_quantizer = v.quantizer && fused_path && sidx > 0 && (m == 1 || !decode_runs);
           const bool per_grid = v.grid >= 0 && fused_path && decode_runs;
           const bool per_rule = v.rule >= 0 && fused_path && !v.splits && !v.tile_mb && !v.quantizer && v.grid < 0;
           const bool per_split = v.splits > 0 && fused_path && !decode_runs;
@@ -398,7 +398,7 @@ int main(int argc, char** argv) {
           printed = true;
           for (auto& l : lin[sidx]) {
             cuda::set_fused_grid_rule(*l, per_rule || per_split || per_quantizer ? v.rule : -1);
-            cuda::set_row_quant(*l, !per_quantizer);
+            cuda::set_own_quant(*l, !per_quantizer);
             cuda::set_wgmma_splits(*l, per_split ? v.splits : 0, per_split ? split_from : 0);
             cuda::set_forced_decode_grid(*l, per_grid ? grids[v.grid].second : cuda::ForcedDecodeGrid{});
             if (per_tile)
@@ -421,7 +421,7 @@ int main(int argc, char** argv) {
             cuda::set_fused_grid_rule(*l, -1);
             cuda::set_wgmma_splits(*l, 0);
             cuda::set_weight_tile_rows(*l, 0);
-            cuda::set_row_quant(*l, true);
+            cuda::set_own_quant(*l, true);
           }
           if (us < 0) continue;
           char path[96];

@@ -277,13 +277,16 @@ class CudaLinearImpl final : public CudaLinear {
     return decode_grid(m, n16_, kc_, sms_, decode_rule(), mode, k_ % 64 != 0);
   }
   void set_forced_grid(const ForcedDecodeGrid& g) { forced_grid_ = g; }
-  void set_row_quant(int on) { row_quant_ = on; }
+  void set_own_quant(int on) { own_quant_ = on; }
   // W4A4 at M = 1: whether the decode kernel quantizes the row itself (GemmParams::x_gs) instead of a quantizer
   // kernel before it (row_quant_pays).
   bool row_quant(int64_t m) const {
-    if (m != 1 || row_quant_ == 0) return false;
+    if (m != 1 || own_quant_ == 0) return false;
     return row_quant_pays(decode_grid_at(m), kc_, sms_);
   }
+  // W4A4: whether the wgmma kernel's activation permutation quantizes them (set_own_quant).
+  bool wgmma_quant(int64_t m) const { return wgmma_at(m) && own_quant_ != 0; }
+  bool own_quant(int64_t m) const { return row_quant(m) || wgmma_quant(m); }
 
   // rb0 counts blocks of the rows a call takes: here it must lie inside the layer in the smallest blocks (128
   // rows; checked as a split whatever s is), and each call checks it again with its own block height.
@@ -355,6 +358,13 @@ class CudaLinearImpl final : public CudaLinear {
     // W4A4: the activations are quantized and written back dequantized (exact e2m1·sx, or vLLM's
     // T(e2m1·f32(sx/gs_x))), so both paths multiply T operands equal to the ones the semantics defines.
     const bool vllm = sem_ == Semantics::W4A4_VLLM;
+    if (!large && wgmma_quant(m)) {  // the wgmma kernel's permutation quantizes them on the way
+      p.x = x;
+      p.x_gs = x_enc_;
+      p.x_factors = x_factors_.p;
+      p.out_scale = out_factor_ * weight_unscale();
+      return fused(p, weight_mode(), false, stream);
+    }
     if (!large && row_quant(m)) {
       p.x = x;
       p.x_gs = x_enc_;
@@ -440,7 +450,7 @@ class CudaLinearImpl final : public CudaLinear {
   // that kernel; blocks of 256, 192 or 128 rows (wgmma_grid; rule 9 forces 128, 12 192, rules 4 and 5 256) and a K
   // split (wgmma_split: over every row block, or over those of a last partial round only) where wgmma_time_us estimates
   // them faster. Grids that wgmma_raw_x_pays names permute the activations in the wgmma kernel instead (no
-  // permutation kernel; set_wgmma_raw_x overrides).
+  // permutation kernel; set_wgmma_raw_x overrides). W4A4 (p.x_gs > 0): either permutation quantizes them too.
   void wgmma(detail::GemmParams& p, detail::Mode mode, int rule, cudaStream_t stream) const {
     const int forced_rows = rule == 9 ? 128 : rule == 12 ? 192 : rule == 4 || rule == 5 ? 256 : 0;
     WgmmaGrid grid = forced_rows ? WgmmaGrid{forced_rows, wgmma_split(p.m, n_, n16_, kc_, sms_, forced_rows)}
@@ -461,9 +471,11 @@ class CudaLinearImpl final : public CudaLinear {
     std::optional<StreamBuf> xp;  // the permuted activations, where the kernel does not permute them itself
     if (!p.wgmma_raw_x) {
       xp.emplace(static_cast<size_t>(detail::wgmma_x_bytes(p.m, static_cast<int>(kc_), kt)), stream);
-      detail::launch_permute_activations(p.x, act_, p.m, static_cast<int>(k_), static_cast<int>(kc_), kt, xp->get(),
-                                         p.programmatic, stream);
+      detail::launch_permute_activations(p.x, act_, p.m, static_cast<int>(k_), static_cast<int>(kc_), kt, p.x_gs,
+                                         p.x_factors, xp->get(), p.programmatic, stream);
       p.x = xp->get();
+      p.x_gs = 0.0f;  // quantized (W4A4) by the permutation
+      p.x_factors = nullptr;
     }
     std::unique_ptr<StreamBuf> part;
     if (p.splits > 1) {
@@ -537,7 +549,7 @@ class CudaLinearImpl final : public CudaLinear {
   int smem_per_sm_ = 0;
   int grid_rule_ = -1;
   int default_rule_ = 13;  // default_grid_rule of the device
-  int row_quant_ = -1;  // W4A4 at M = 1, the decode kernel quantizing the row: -1 default (row_quant), 0 never
+  int own_quant_ = -1;  // W4A4, the GEMM quantizing x itself: -1 default (row_quant, wgmma), 0 never
   int forced_splits_ = 0;  // wgmma kernel's K split, 0 = wgmma_split's
   int64_t wgmma_from_ = 33;  // the smallest M on the wgmma kernel (default_wgmma_from, or set_wgmma_from's)
   int raw_x_ = -1;           // wgmma kernel permuting its activations itself: -1 wgmma_raw_x_pays, 0 never, 1
@@ -565,7 +577,7 @@ void set_fused_max_m(CudaLinear& l, int64_t fused_max_m) {
 }
 
 void set_fused_grid_rule(CudaLinear& l, int rule) { dynamic_cast<CudaLinearImpl&>(l).set_grid_rule(rule); }
-void set_row_quant(CudaLinear& l, bool on) { dynamic_cast<CudaLinearImpl&>(l).set_row_quant(on ? -1 : 0); }
+void set_own_quant(CudaLinear& l, bool on) { dynamic_cast<CudaLinearImpl&>(l).set_own_quant(on ? -1 : 0); }
 int tail_split_parts(const CudaLinear& l, int64_t m) {
   const auto& c = dynamic_cast<const CudaLinearImpl&>(l);
   if (!c.decode_at(m)) return 1;
@@ -589,9 +601,9 @@ std::string decode_grid_name(const CudaLinear& l, int64_t m) {
   return s;
 }
 
-bool row_quant_active(const CudaLinear& l, int64_t m) {
+bool own_quant_active(const CudaLinear& l, int64_t m) {
   const auto& c = dynamic_cast<const CudaLinearImpl&>(l);
-  return c.semantics() != Semantics::W4A16 && m <= c.fused_max_m() && c.row_quant(m);
+  return c.semantics() != Semantics::W4A16 && m <= c.fused_max_m() && c.own_quant(m);
 }
 
 void set_wgmma_splits(CudaLinear& l, int splits, int split_rb0) {

@@ -41,11 +41,13 @@ void set_weight_tile_rows(CudaLinear& l, int rows);
 // a decode grid of more than two waves (M <= 16) takes the smaller K split (a power of two) at which its blocks make
 // one wave of >= 80% of the slots, where there is one (docs/PERF.md). The default: 13 or 14 by default_grid_rule.
 void set_fused_grid_rule(CudaLinear& l, int rule);
-// W4A4 at M = 1: the decode kernel quantizes the activation row itself where row_quant_pays (true, the default),
-// or a quantizer kernel runs before it as at other M (false; measurements, tests).
-void set_row_quant(CudaLinear& l, bool on);
-// Whether a call of m rows takes that form (W4A4, M = 1, on the decode kernel, set_row_quant on, row_quant_pays).
-bool row_quant_active(const CudaLinear& l, int64_t m);
+// W4A4: the GEMM quantizes the activations itself (true, the default) where it can, the decode kernel at M = 1
+// where row_quant_pays and the wgmma kernel's activation permutation always, or a quantizer kernel runs before it
+// as at the other decode sizes (false; measurements, tests).
+void set_own_quant(CudaLinear& l, bool on);
+// Whether a call of m rows quantizes its activations in the GEMM (W4A4 on the fused path, set_own_quant on; M = 1:
+// row_quant_pays; else on the wgmma kernel).
+bool own_quant_active(const CudaLinear& l, int64_t m);
 // The parts a decode call of m rows splits its tail block rows into (decode_grid's tail split, where the stream's
 // workspace holds its slots); 1: none.
 int tail_split_parts(const CudaLinear& l, int64_t m);

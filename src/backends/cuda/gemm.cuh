@@ -37,9 +37,10 @@ struct GemmParams {
   float* partial = nullptr;         // (splits, m, N - wgmma_rows·split_rb0) f32 when splits > 1
   bool wgmma_raw_x = false;         // wgmma kernel, blocks of 128 rows and 64 tokens (wgmma_raw_x_fits): x is the
                                     // row-major (m, K) input, which a warpgroup of the kernel permutes itself
-  float x_gs = 0.0f;                // > 0 (decode kernel, m = 1, one token tile, W4A4): x is the raw row, which
-                                    // each warp quantizes and dequantizes itself over its own K range (global
-                                    // scale x_gs, the weight mode's flavour) into shared memory,
+  float x_gs = 0.0f;                // > 0 (W4A4; decode kernel: m = 1, one token tile): x is the raw input, which
+                                    // each decode warp quantizes and dequantizes itself over its own K range
+                                    // (global scale x_gs, the weight mode's flavour) into shared memory, or the
+                                    // wgmma kernel's permuter (wgmma_raw_x) as it permutes each chunk,
   const float2* x_factors = nullptr;  // with the group factors of this table (launch_group_factor_table for x_gs
                                       // and the flavour; kGroupFactors entries, device memory)
   bool swiglu = false;              // decode kernel (has_epilogue_form): rows of gate and up interleaved in
@@ -125,8 +126,10 @@ inline int64_t wgmma_grid_rows(int64_t row_blocks, int splits, int split_rb0) {
 inline int64_t wgmma_x_bytes(int64_t m, int kc, int tile_tokens) {
   return (m + tile_tokens - 1) / tile_tokens * tile_tokens * kc * 128;
 }
-void launch_permute_activations(const void* x, DType act, int64_t m, int k, int kc, int tile_tokens, void* out,
-                                bool programmatic, cudaStream_t stream);
+// x_gs > 0 (W4A4): the activations quantized and dequantized on the way (global scale x_gs, the group factors of
+// x_factors: launch_group_factor_table's), bit-identical to permuting launch_quantize_dequant's output.
+void launch_permute_activations(const void* x, DType act, int64_t m, int k, int kc, int tile_tokens, float x_gs,
+                                const float2* x_factors, void* out, bool programmatic, cudaStream_t stream);
 // Whether the wgmma kernel has the form that permutes row-major activations itself (a warpgroup that loads each
 // chunk's tile and stores it permuted into the stage): blocks of 128 rows with 64-token tiles.
 constexpr bool wgmma_raw_x_fits(int rows, int tile_tokens) { return rows == 128 && tile_tokens == 64; }

@@ -39,6 +39,7 @@
 
 #include "backends/cuda/gemm.cuh"
 #include "backends/cuda/mma_frag.cuh"
+#include "backends/cuda/quantize_dev.cuh"
 #include "backends/cuda/wgmma_ptx.cuh"
 
 namespace nvfp4::cuda::detail {
@@ -84,6 +85,15 @@ constexpr bool permuter_places_pairs_as_mma_word_of_pair() {
   return true;
 }
 static_assert(permuter_places_pairs_as_mma_word_of_pair(), "the permuter must store pairs in the MMA column order");
+// Word j of a permuted row's 16-byte unit q holds K pair 16j + 2q: group j of the chunk (permute_tiles_kernel's
+// quantization takes a group's 16 values from lanes q = 0 .. 7).
+constexpr bool unit_word_group() {
+  for (int q = 0; q < 8; ++q)
+    for (int j = 0; j < 4; ++j)
+      if (mma_column_k((4 * q + j) >> 3, 2 * ((4 * q + j) & 7)) != 16 * j + 2 * q) return false;
+  return true;
+}
+static_assert(unit_word_group(), "permute_tiles_kernel's groups must be the units' words");
 // One stage: the activation tile, then kRB row blocks' codes and scales, padded to 1024 bytes (each stage's
 // activation tile must stay 1024-byte aligned for the 128-byte swizzle).
 constexpr int stage_bytes(int kt, int rb) { return (kt * 128 + rb * (kCodeBytes + kScaleBytes) + 1023) / 1024 * 1024; }
@@ -253,7 +263,8 @@ __global__ void __launch_bounds__(threads(kCW, kRaw), 1) wgmma_gemm_kernel(const
       // (j < 4; rows past m re-read row m - 1, whose outputs are not stored), copied (cp.async, zeros past K) into
       // its own units of staging slot i % kXSlots kXSlots chunks ahead, then read back and stored pair 4q + jj into
       // word mma_word_of_pair(4q + jj) of the row: word q / 2 of 16-byte unit 4(q % 2) + jj (permuter_unit, _word),
-      // in its swizzled place; rows r0 + 16j share r0's swizzle.
+      // in its swizzled place; rows r0 + 16j share r0's swizzle. With p.x_gs > 0 (W4A4) the values are quantized
+      // and dequantized between the two (zeros past K give zeros).
       const int pt = tid - 128, q = pt & 7, r0 = pt >> 3;
       const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kT;
       const char* src[4];
@@ -287,6 +298,12 @@ __global__ void __launch_bounds__(threads(kCW, kRaw), 1) wgmma_gemm_kernel(const
         uint4 v[4];
 #pragma unroll
         for (int j = 0; j < 4; ++j) v[j] = lds128(own + xs * kXSlotBytes + j * 2048);
+        if (p.x_gs > 0.0f) {  // W4A4: group q / 2 of row r0 + 16j is this lane's 8 values and lane q ^ 1's
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+            lanes_quant_dequant_words<T, 8, 2>(reinterpret_cast<uint32_t*>(&v[j]), p.x_gs,
+                                               [&p](uint32_t s8) { return __ldg(p.x_factors + s8); });
+        }
         if (i >= kStages) mbar_wait(empty0 + 8 * s, (i / kStages - 1) & 1);  // the consumers are done with it
         const uint32_t st = s * kStage;
 #pragma unroll
@@ -437,14 +454,18 @@ __global__ void __launch_bounds__(threads(kCW, kRaw), 1) wgmma_gemm_kernel(const
 // Activations permuted into the MMA column order (weight_layout.h's mma_column_k) and tiled: [token block][chunk]
 // [kT rows x 128 bytes], each row's 16-byte units stored at unit q ^ (row % 8) (the 128-byte swizzle wgmma's
 // descriptor reads), rows past m zero, so one bulk copy brings a chunk's tile into shared memory.
-// One thread per 16-byte unit.
+// One thread per 16-byte unit. gs > 0 (W4A4): the values are quantized and dequantized on the way (global scale gs,
+// the group factors of `factors`), as launch_quantize_dequant would have written them: word j of unit q holds K
+// pair 16j + 2q of the chunk (unit_word_group), so a token row's 8 lanes hold two values of each of its 4 groups.
 template <typename T>
-__global__ void permute_tiles_kernel(const T* __restrict__ x, int64_t m, int k, int kc, int kt, T* __restrict__ out) {
+__global__ void permute_tiles_kernel(const T* __restrict__ x, int64_t m, int k, int kc, int kt, float gs,
+                                     const float2* __restrict__ factors, T* __restrict__ out) {
   pdl_wait();
   pdl_launch_dependents();
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t units = (m + kt - 1) / kt * kt * kc * 8;
-  if (idx >= units) return;
+  const bool in = idx < units;  // a row's 8 lanes are in or out together (units is a multiple of 8)
+  if (!in && !(gs > 0.0f)) return;
   const int q = static_cast<int>(idx & 7);
   const int64_t tile_row = idx >> 3;  // (tb * kc + c) * kt + r
   const int r = static_cast<int>(tile_row % kt);
@@ -452,13 +473,19 @@ __global__ void permute_tiles_kernel(const T* __restrict__ x, int64_t m, int k, 
   const int c = static_cast<int>(tc % kc);
   const int64_t row = tc / kc * kt + r;
   uint32_t v[4] = {0, 0, 0, 0};
-  if (row < m) {
+  if (in && row < m) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int w = 4 * q + j;
       const int kx = c * 64 + mma_column_k(w >> 3, 2 * (w & 7));
       if (kx < k) v[j] = *reinterpret_cast<const uint32_t*>(x + row * k + kx);
     }
+  }
+  if (gs > 0.0f) {  // every lane of the warp (the shuffles)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      lanes_quant_dequant_words<T, 2, 8>(&v[j], gs, [factors](uint32_t s8) { return __ldg(factors + s8); });
+    if (!in) return;
   }
   uint8_t* dst = reinterpret_cast<uint8_t*>(out) + tile_row * 128 + (swizzled_unit(r, q) << 4);
   *reinterpret_cast<uint4*>(dst) = make_uint4(v[0], v[1], v[2], v[3]);
@@ -547,17 +574,18 @@ bool wgmma_available(int device) {
   return s == 1;
 }
 
-void launch_permute_activations(const void* x, DType act, int64_t m, int k, int kc, int tile_tokens, void* out,
-                                bool programmatic, cudaStream_t stream) {
+void launch_permute_activations(const void* x, DType act, int64_t m, int k, int kc, int tile_tokens, float x_gs,
+                                const float2* x_factors, void* out, bool programmatic, cudaStream_t stream) {
   const int64_t units = ceil_div(m, tile_tokens) * tile_tokens * kc * 8;
   const dim3 blocks(static_cast<unsigned>(ceil_div(units, 256)));
   if (act == DType::BF16)
     launch_maybe_programmatic(programmatic, permute_tiles_kernel<__nv_bfloat16>, blocks, dim3(256), 0, stream,
-                              static_cast<const __nv_bfloat16*>(x), m, k, kc, tile_tokens,
+                              static_cast<const __nv_bfloat16*>(x), m, k, kc, tile_tokens, x_gs, x_factors,
                               static_cast<__nv_bfloat16*>(out));
   else
     launch_maybe_programmatic(programmatic, permute_tiles_kernel<__half>, blocks, dim3(256), 0, stream,
-                              static_cast<const __half*>(x), m, k, kc, tile_tokens, static_cast<__half*>(out));
+                              static_cast<const __half*>(x), m, k, kc, tile_tokens, x_gs, x_factors,
+                              static_cast<__half*>(out));
   NVFP4_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -581,6 +609,8 @@ void launch_wgmma_gemm(const GemmParams& p, DType act, Mode mode, int tile_token
                   std::to_string(p.n) + " rows");
   NVFP4_CHECK(!p.wgmma_raw_x || wgmma_raw_x_fits(p.wgmma_rows, tile_tokens),
               "wgmma gemm: row-major activations need blocks of 128 rows and 64-token tiles");
+  NVFP4_CHECK(!(p.x_gs > 0.0f) || (p.wgmma_raw_x && p.x_factors),
+              "wgmma gemm: only the form that permutes row-major activations quantizes them (with a factor table)");
   NVFP4_CHECK((tile_tokens == 64 || tile_tokens == 128) && wgmma_consumers_fit(p.wgmma_rows, consumers),
               "wgmma gemm: tile_tokens " + std::to_string(tile_tokens) + ", consumers " + std::to_string(consumers) +
                   ", expected 64 or 128, and 2 or 4 (blocks of 192 and 128 rows: 3 and 2)");

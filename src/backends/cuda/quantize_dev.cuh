@@ -82,26 +82,42 @@ __device__ __forceinline__ void group_factor_sink(float token, float gs, float* 
   if (gs < 0.0f) *never = token;
 }
 
-// Quantize-dequantize of a group of 16 values held by four consecutive lanes (lanes 4i .. 4i+3, four values
-// each, in order): returns this lane's four dequantized values, dequant_value of their codes (e2m1_round_f32
-// gives the codes' values), with the group's factors from `factors(s8)` (group_factors, or a table of them).
-// The group's largest magnitude is the maximum of the lanes' (fmaxf is exact and order-free on magnitudes, and
-// NaNs are ignored either way), so scales and codes equal a one-lane quantization's. Every lane of the warp must
-// call it (the shuffles); a group outside the data passes zeros (and gets zeros).
-template <typename T, typename F>
-__device__ __forceinline__ uint2 quad_quant_dequant(uint2 raw, float gs, F factors) {
-  float v[4];
-  to_f32s<T>(&raw, v);
+// Quantize-dequantize, in place, of a group of 16 values spread over kLanes aligned consecutive lanes (lanes
+// kLanes·i .. kLanes·i + kLanes - 1, kN = 16 / kLanes values each, in any order): each value becomes dequant_value
+// of its code (e2m1_round_f32 gives the codes' values), with the group's factors from `factors(s8)`
+// (group_factors, or a table of them). The group's largest magnitude is the maximum of the lanes' (fmaxf is exact
+// and order-free on magnitudes, and NaNs are ignored either way), so scales and codes equal a one-lane
+// quantization's. Every lane of the warp must call it (the shuffles); a group outside the data passes zeros (and
+// gets zeros).
+template <int kN, int kLanes, typename F>
+__device__ __forceinline__ void lanes_quant_dequant(float (&v)[kN], float gs, F factors) {
+  static_assert(kN * kLanes == 16, "a group is 16 values");
   float vmax = 0.0f;
 #pragma unroll
-  for (int i = 0; i < 4; ++i) vmax = fmaxf(vmax, fabsf(v[i]));
-  vmax = fmaxf(vmax, __shfl_xor_sync(0xFFFFFFFFu, vmax, 1));
-  vmax = fmaxf(vmax, __shfl_xor_sync(0xFFFFFFFFu, vmax, 2));
-  const float2 f = factors(group_scale_byte(vmax, gs));
-  float d[4];
+  for (int i = 0; i < kN; ++i) vmax = fmaxf(vmax, fabsf(v[i]));
 #pragma unroll
-  for (int i = 0; i < 4; ++i) d[i] = __fmul_rn(e2m1_round_f32(__fmul_rn(v[i], f.x)), f.y);
-  return make_uint2(as_u32(Act<T>::pack(d[0], d[1])), as_u32(Act<T>::pack(d[2], d[3])));
+  for (int d = 1; d < kLanes; d <<= 1) vmax = fmaxf(vmax, __shfl_xor_sync(0xFFFFFFFFu, vmax, d));
+  const float2 f = factors(group_scale_byte(vmax, gs));
+#pragma unroll
+  for (int i = 0; i < kN; ++i) v[i] = __fmul_rn(e2m1_round_f32(__fmul_rn(v[i], f.x)), f.y);
+}
+
+// The same on kN / 2 words of T pairs (kN values of one group per lane, kLanes lanes), returned in T.
+template <typename T, int kN, int kLanes, typename F>
+__device__ __forceinline__ void lanes_quant_dequant_words(uint32_t* words, float gs, F factors) {
+  float v[kN];
+  to_f32s<T>(reinterpret_cast<const uint32_t*>(words), v);
+  lanes_quant_dequant<kN, kLanes>(v, gs, factors);
+#pragma unroll
+  for (int i = 0; i < kN / 2; ++i) words[i] = as_u32(Act<T>::pack(v[2 * i], v[2 * i + 1]));
+}
+
+// Four values per lane, four lanes per group: this lane's four dequantized values.
+template <typename T, typename F>
+__device__ __forceinline__ uint2 quad_quant_dequant(uint2 raw, float gs, F factors) {
+  uint32_t w[2] = {raw.x, raw.y};
+  lanes_quant_dequant_words<T, 4, 4>(w, gs, factors);
+  return make_uint2(w[0], w[1]);
 }
 
 }  // namespace nvfp4::cuda::detail

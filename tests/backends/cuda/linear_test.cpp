@@ -322,8 +322,8 @@ TEST(CudaLinear, WideDecodeFormWithinBoundAndDeterministic) {
         if (m == 1 && s != Semantics::W4A16) {
           auto lin = CudaLinear::create(w, s, c.t, 0);
           set_fused_grid_rule(*lin, 10);
-          EXPECT_TRUE(row_quant_active(*lin, 1)) << what;
-          const auto quantizer = run_gpu(w, s, c.t, x, m, 0, 10, -1, [](CudaLinear& l) { set_row_quant(l, false); });
+          EXPECT_TRUE(own_quant_active(*lin, 1)) << what;
+          const auto quantizer = run_gpu(w, s, c.t, x, m, 0, 10, -1, [](CudaLinear& l) { set_own_quant(l, false); });
           EXPECT_EQ(quantizer, y) << what << ": the kernel's own row quantization differs from the quantizer's";
         }
       }
@@ -623,6 +623,52 @@ TEST(CudaLinear, WgmmaOwnPermutationEqualsThePermutationKernel) {
   }
 }
 
+// W4A4 on the wgmma kernel: the activations' permutation quantizing them (the permutation kernel, and the kernel's own
+// permuter on blocks of 128 rows and 64 tokens) gives the bits of the path with the quantizer kernel before it
+// (set_own_quant false), in both flavours (the vLLM one in its power-of-two and per-weight forms), bf16 and fp16.
+// 900x1040 (K not a multiple of 64: zeros past K), M = 17, 50 and 64 (64-token tiles, rows past M) and 130 (128-token
+// tiles: the permutation kernel only), unsplit and split 4 ways; in every row a group of zeros, one of 10^4 and one
+// of 10^-6 (scales 0, saturated codes, subnormal scales).
+TEST(CudaLinear, WgmmaOwnQuantizationEqualsTheQuantizerKernel) {
+  NVFP4_REQUIRE_GPU();
+  if (!detail::wgmma_available(0)) GTEST_SKIP() << "no wgmma kernel here (it needs sm_90a)";
+  const int64_t n = 900, k = 1040;
+  uint32_t seed = 2700;
+  for (DType t : {DType::BF16, DType::F16})
+    for (Semantics s : {Semantics::W4A4, Semantics::W4A4_VLLM}) {
+      const float w_enc = t == DType::F16 && s == Semantics::W4A4_VLLM ? ct_global_enc(0.37f, t) : 2688.0f / 0.3f;
+      const LinearWeights w = random_layer(n, k, scale_range(0x28, 0x5F), w_enc, true, 2688.0f / 7.0f, true, t, seed++);
+      for (int64_t m : {17, 50, 64, 130}) {
+        auto x = random_activations(t, m, k, 1.0f, seed++);
+        for (int64_t r = 0; r < m; ++r)
+          for (int64_t i = 0; i < 16; ++i) {
+            auto at = [&](int64_t col) -> uint16_t& { return x[static_cast<size_t>(r * k + col)]; };
+            at(48 + i) = to_bits16(t, 0.0f);
+            at(80 + i) = to_bits16(t, from_bits16(t, at(80 + i)) * 1e4f);
+            at(1008 + i) = to_bits16(t, from_bits16(t, at(1008 + i)) * 1e-6f);
+          }
+        const Reference ref = reference(w, s, t, x, m);
+        for (int splits : {1, 4})
+          for (int raw : {0, 1}) {
+            const std::string what =
+                label(s, t, m, n, k) + "/splits" + std::to_string(splits) + "/raw" + std::to_string(raw);
+            auto with = [&](bool own) {
+              return [=](CudaLinear& l) {
+                set_wgmma_from(l, 17);
+                set_wgmma_splits(l, splits, 0);
+                set_wgmma_raw_x(l, raw);
+                set_own_quant(l, own);
+                EXPECT_EQ(own_quant_active(l, m), own) << what;
+              };
+            };
+            const std::vector<uint16_t> y = run_gpu(w, s, t, x, m, 0, 9, 1 << 30, with(true));
+            check_y(w, t, m, y, ref, what);
+            EXPECT_EQ(y, run_gpu(w, s, t, x, m, 0, 9, 1 << 30, with(false))) << what << ": differs from the quantizer's";
+          }
+      }
+    }
+}
+
 // A first split block past the layer is refused with a message.
 TEST(CudaLinear, WgmmaSplitOutsideTheLayerIsRefused) {
   NVFP4_REQUIRE_GPU();
@@ -785,7 +831,7 @@ TEST(CudaLinear, VllmWeightsBitExactOnEveryPath) {
   }
 }
 
-// W4A4 at M = 1: the decode kernel quantizing the activation row itself (set_row_quant) gives the bits of the
+// W4A4 at M = 1: the decode kernel quantizing the activation row itself (set_own_quant) gives the bits of the
 // path with the quantizer kernel before it, in both flavours (the vLLM one in its power-of-two and per-weight
 // forms), bf16 and fp16: one tile per warp, two (the 2-block and, rule 8, the light kernel) and four; K split
 // over 8 warps and fewer; K not a multiple of 64 (1040); a group of zeros, one of 10^4 and one of 10^-6 in the
@@ -816,12 +862,12 @@ TEST(CudaLinear, RowQuantEqualsTheQuantizerKernel) {
         }
         const std::string what = label(s, t, 1, c.n, c.k) + "/rule" + std::to_string(c.rule);
         auto with = [&](bool on) {
-          return run_gpu(w, s, t, x, 1, 0, c.rule, -1, [on](CudaLinear& l) { set_row_quant(l, on); });
+          return run_gpu(w, s, t, x, 1, 0, c.rule, -1, [on](CudaLinear& l) { set_own_quant(l, on); });
         };
         {
           auto lin = CudaLinear::create(w, s, t, 0);
           set_fused_grid_rule(*lin, c.rule);
-          active += row_quant_active(*lin, 1);
+          active += own_quant_active(*lin, 1);
           ++total;
         }
         const std::vector<uint16_t> y = with(true);
@@ -830,8 +876,8 @@ TEST(CudaLinear, RowQuantEqualsTheQuantizerKernel) {
       }
   EXPECT_EQ(active, total) << "every case must take the kernel's own quantization";
   const LinearWeights big = random_layer(16, 32768, {0x38}, 2688.0f, true, 2688.0f, false, DType::BF16, seed);
-  EXPECT_FALSE(row_quant_active(*CudaLinear::create(big, Semantics::W4A4, DType::BF16, 0), 1));
-  EXPECT_FALSE(row_quant_active(*CudaLinear::create(big, Semantics::W4A16, DType::BF16, 0), 1));
+  EXPECT_FALSE(own_quant_active(*CudaLinear::create(big, Semantics::W4A4, DType::BF16, 0), 1));
+  EXPECT_FALSE(own_quant_active(*CudaLinear::create(big, Semantics::W4A16, DType::BF16, 0), 1));
 }
 
 // Thread i calls layers[i] `calls` times on x = xs[i] (its first m rows), on `shared` or, if null, on a
