@@ -360,10 +360,8 @@ class CudaLinearImpl final : public CudaLinear {
     const bool vllm = sem_ == Semantics::W4A4_VLLM;
     if (!large && wgmma_quant(m)) {  // the wgmma kernel's permutation quantizes them on the way
       p.x = x;
-      p.x_gs = x_enc_;
-      p.x_factors = x_factors_.p;
       p.out_scale = out_factor_ * weight_unscale();
-      return fused(p, weight_mode(), false, stream);
+      return wgmma(p, weight_mode(), grid_rule(), x_enc_, stream);
     }
     if (!large && row_quant(m)) {
       p.x = x;
@@ -414,7 +412,7 @@ class CudaLinearImpl final : public CudaLinear {
   // after_quantizer: the previous kernel is this call's (short) W4A4 activation quantizer.
   void fused(detail::GemmParams& p, detail::Mode mode, bool after_quantizer, cudaStream_t stream) const {
     const int rule = grid_rule();
-    if (wgmma_at(p.m)) return wgmma(p, mode, rule, stream);
+    if (wgmma_at(p.m)) return wgmma(p, mode, rule, 0.0f, stream);
     const DecodeGrid g = decode_grid_for(p.m, mode);
     p.wk = g.wk;
     // Programmatic launch only for grids of >= 80% of a wave, or behind the quantizer: the blocks scheduled
@@ -450,8 +448,9 @@ class CudaLinearImpl final : public CudaLinear {
   // that kernel; blocks of 256, 192 or 128 rows (wgmma_grid; rule 9 forces 128, 12 192, rules 4 and 5 256) and a K
   // split (wgmma_split: over every row block, or over those of a last partial round only) where wgmma_time_us estimates
   // them faster. Grids that wgmma_raw_x_pays names permute the activations in the wgmma kernel instead (no
-  // permutation kernel; set_wgmma_raw_x overrides). W4A4 (p.x_gs > 0): either permutation quantizes them too.
-  void wgmma(detail::GemmParams& p, detail::Mode mode, int rule, cudaStream_t stream) const {
+  // permutation kernel; set_wgmma_raw_x overrides). x_gs > 0 (W4A4): x is the raw input, which the permutation
+  // kernel quantizes (global scale x_gs, the factors of x_factors_) as it permutes it.
+  void wgmma(detail::GemmParams& p, detail::Mode mode, int rule, float x_gs, cudaStream_t stream) const {
     const int forced_rows = rule == 9 ? 128 : rule == 12 ? 192 : rule == 4 || rule == 5 ? 256 : 0;
     WgmmaGrid grid = forced_rows ? WgmmaGrid{forced_rows, wgmma_split(p.m, n_, n16_, kc_, sms_, forced_rows)}
                                  : wgmma_grid(p.m, n_, n16_, kc_, sms_);
@@ -466,16 +465,16 @@ class CudaLinearImpl final : public CudaLinear {
     p.splits = sp.splits;
     p.split_rb0 = sp.splits > 1 ? sp.split_rb0 : 0;
     const int kt = wgmma_tile_tokens(p.m);
-    p.wgmma_raw_x = detail::wgmma_raw_x_fits(rows, kt) &&
+    // W4A4 (x_gs > 0) always takes the permutation kernel, which quantizes as it permutes: the same in the kernel's
+    // permuter made the permuter the bottleneck (docs/PERF.md, change 119).
+    p.wgmma_raw_x = detail::wgmma_raw_x_fits(rows, kt) && !(x_gs > 0.0f) &&
                     (raw_x_ >= 0 ? raw_x_ == 1 : wgmma_raw_x_pays(p.m, n16_, sms_, rows, sp));
     std::optional<StreamBuf> xp;  // the permuted activations, where the kernel does not permute them itself
     if (!p.wgmma_raw_x) {
       xp.emplace(static_cast<size_t>(detail::wgmma_x_bytes(p.m, static_cast<int>(kc_), kt)), stream);
-      detail::launch_permute_activations(p.x, act_, p.m, static_cast<int>(k_), static_cast<int>(kc_), kt, p.x_gs,
-                                         p.x_factors, xp->get(), p.programmatic, stream);
+      detail::launch_permute_activations(p.x, act_, p.m, static_cast<int>(k_), static_cast<int>(kc_), kt, x_gs,
+                                         x_gs > 0.0f ? x_factors_.p : nullptr, xp->get(), p.programmatic, stream);
       p.x = xp->get();
-      p.x_gs = 0.0f;  // quantized (W4A4) by the permutation
-      p.x_factors = nullptr;
     }
     std::unique_ptr<StreamBuf> part;
     if (p.splits > 1) {

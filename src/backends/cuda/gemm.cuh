@@ -37,10 +37,9 @@ struct GemmParams {
   float* partial = nullptr;         // (splits, m, N - wgmma_rows·split_rb0) f32 when splits > 1
   bool wgmma_raw_x = false;         // wgmma kernel, blocks of 128 rows and 64 tokens (wgmma_raw_x_fits): x is the
                                     // row-major (m, K) input, which a warpgroup of the kernel permutes itself
-  float x_gs = 0.0f;                // > 0 (W4A4; decode kernel: m = 1, one token tile): x is the raw input, which
-                                    // each decode warp quantizes and dequantizes itself over its own K range
-                                    // (global scale x_gs, the weight mode's flavour) into shared memory, or the
-                                    // wgmma kernel's permuter (wgmma_raw_x) as it permutes each chunk,
+  float x_gs = 0.0f;                // > 0 (decode kernel, m = 1, one token tile, W4A4): x is the raw row, which
+                                    // each warp quantizes and dequantizes itself over its own K range (global
+                                    // scale x_gs, the weight mode's flavour) into shared memory,
   const float2* x_factors = nullptr;  // with the group factors of this table (launch_group_factor_table for x_gs
                                       // and the flavour; kGroupFactors entries, device memory)
   bool swiglu = false;              // decode kernel (has_epilogue_form): rows of gate and up interleaved in

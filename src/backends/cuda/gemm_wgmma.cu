@@ -263,8 +263,7 @@ __global__ void __launch_bounds__(threads(kCW, kRaw), 1) wgmma_gemm_kernel(const
       // (j < 4; rows past m re-read row m - 1, whose outputs are not stored), copied (cp.async, zeros past K) into
       // its own units of staging slot i % kXSlots kXSlots chunks ahead, then read back and stored pair 4q + jj into
       // word mma_word_of_pair(4q + jj) of the row: word q / 2 of 16-byte unit 4(q % 2) + jj (permuter_unit, _word),
-      // in its swizzled place; rows r0 + 16j share r0's swizzle. With p.x_gs > 0 (W4A4) the values are quantized
-      // and dequantized between the two (zeros past K give zeros).
+      // in its swizzled place; rows r0 + 16j share r0's swizzle.
       const int pt = tid - 128, q = pt & 7, r0 = pt >> 3;
       const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kT;
       const char* src[4];
@@ -298,12 +297,6 @@ __global__ void __launch_bounds__(threads(kCW, kRaw), 1) wgmma_gemm_kernel(const
         uint4 v[4];
 #pragma unroll
         for (int j = 0; j < 4; ++j) v[j] = lds128(own + xs * kXSlotBytes + j * 2048);
-        if (p.x_gs > 0.0f) {  // W4A4: group q / 2 of row r0 + 16j is this lane's 8 values and lane q ^ 1's
-#pragma unroll
-          for (int j = 0; j < 4; ++j)
-            lanes_quant_dequant_words<T, 8, 2>(reinterpret_cast<uint32_t*>(&v[j]), p.x_gs,
-                                               [&p](uint32_t s8) { return __ldg(p.x_factors + s8); });
-        }
         if (i >= kStages) mbar_wait(empty0 + 8 * s, (i / kStages - 1) & 1);  // the consumers are done with it
         const uint32_t st = s * kStage;
 #pragma unroll
@@ -609,8 +602,7 @@ void launch_wgmma_gemm(const GemmParams& p, DType act, Mode mode, int tile_token
                   std::to_string(p.n) + " rows");
   NVFP4_CHECK(!p.wgmma_raw_x || wgmma_raw_x_fits(p.wgmma_rows, tile_tokens),
               "wgmma gemm: row-major activations need blocks of 128 rows and 64-token tiles");
-  NVFP4_CHECK(!(p.x_gs > 0.0f) || (p.wgmma_raw_x && p.x_factors),
-              "wgmma gemm: only the form that permutes row-major activations quantizes them (with a factor table)");
+  NVFP4_CHECK(!(p.x_gs > 0.0f), "wgmma gemm: W4A4 activations must be quantized by the permutation before it");
   NVFP4_CHECK((tile_tokens == 64 || tile_tokens == 128) && wgmma_consumers_fit(p.wgmma_rows, consumers),
               "wgmma gemm: tile_tokens " + std::to_string(tile_tokens) + ", consumers " + std::to_string(consumers) +
                   ", expected 64 or 128, and 2 or 4 (blocks of 192 and 128 rows: 3 and 2)");

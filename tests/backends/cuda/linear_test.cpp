@@ -623,12 +623,12 @@ TEST(CudaLinear, WgmmaOwnPermutationEqualsThePermutationKernel) {
   }
 }
 
-// W4A4 on the wgmma kernel: the activations' permutation quantizing them (the permutation kernel, and the kernel's own
-// permuter on blocks of 128 rows and 64 tokens) gives the bits of the path with the quantizer kernel before it
-// (set_own_quant false), in both flavours (the vLLM one in its power-of-two and per-weight forms), bf16 and fp16.
-// 900x1040 (K not a multiple of 64: zeros past K), M = 17, 50 and 64 (64-token tiles, rows past M) and 130 (128-token
-// tiles: the permutation kernel only), unsplit and split 4 ways; in every row a group of zeros, one of 10^4 and one
-// of 10^-6 (scales 0, saturated codes, subnormal scales).
+// W4A4 on the wgmma kernel: the permutation kernel quantizing the activations as it permutes them gives the bits of
+// the path with the quantizer kernel before it (set_own_quant false; there the permutation kernel, or with
+// set_wgmma_raw_x 1 on 64-token tiles the kernel's own permuter), in both flavours (the vLLM one in its power-of-two
+// and per-weight forms), bf16 and fp16. 900x1040 (K not a multiple of 64: zeros past K), M = 17, 50 and 64 (64-token
+// tiles, rows past M) and 130 (128-token tiles), unsplit and split 4 ways; in every row a group of zeros, one of
+// 10^4 and one of 10^-6 (scales 0, saturated codes, subnormal scales).
 TEST(CudaLinear, WgmmaOwnQuantizationEqualsTheQuantizerKernel) {
   NVFP4_REQUIRE_GPU();
   if (!detail::wgmma_available(0)) GTEST_SKIP() << "no wgmma kernel here (it needs sm_90a)";
