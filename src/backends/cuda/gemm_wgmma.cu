@@ -57,8 +57,8 @@ constexpr int threads(int cw, bool raw = false) { return 128 * (first_consumer_w
 // each (384 threads), then 40 for the producer and 232 for the consumers (128·40 + 256·232 = 384·168); 3 consumers:
 // 128 (512 threads), then 24 and 160 (128·24 + 384·160 <= 512·128); 4 consumers: 96 (640 threads), then 24 and 112
 // (128·24 + 512·112 <= 640·96). With the permuter (2 consumers of one row block each): 128 (512 threads), then 24
-// for the producer, 72 for the permuter (two chunks of 16-byte loads in flight, no spills) and 200 for the consumers
-// (128·24 + 128·72 + 256·200 <= 512·128).
+// for the producer, 72 for the permuter (its copies go to the staging ring, not registers; no spills) and 200 for
+// the consumers (128·24 + 128·72 + 256·200 <= 512·128).
 constexpr int kPermuterRegs = 72;
 constexpr int launch_regs(int cw, bool raw = false) { return 65536 / threads(cw, raw) / 8 * 8; }
 constexpr int producer_regs(int cw, bool raw = false) { return cw == 2 && !raw ? 40 : 24; }
@@ -270,7 +270,8 @@ __global__ void __launch_bounds__(threads(kCW, kRaw), 1) wgmma_gemm_kernel(const
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int64_t row = min(m0 + r0 + 16 * j, p.m - 1);
-        src[j] = static_cast<const char*>(p.x) + (row * p.k + static_cast<int64_t>(c0) * 64 + q * 8) * 2;
+        const T* const unit = static_cast<const T*>(p.x) + row * p.k + static_cast<int64_t>(c0) * 64 + q * 8;
+        src[j] = reinterpret_cast<const char*>(unit);
       }
       uint32_t dst0[4];
 #pragma unroll
