@@ -447,13 +447,17 @@ class CudaLinearImpl final : public CudaLinear {
   // M >= wgmma_from_ (rule 3, sm_90a): the activations permuted into the wgmma kernel's K order and token tiles, then
   // that kernel; blocks of 256, 192 or 128 rows (wgmma_grid; rule 9 forces 128, 12 192, rules 4 and 5 256) and a K
   // split (wgmma_split: over every row block, or over those of a last partial round only) where wgmma_time_us estimates
-  // them faster. Grids that wgmma_raw_x_pays names permute the activations in the wgmma kernel instead (no
-  // permutation kernel; set_wgmma_raw_x overrides). x_gs > 0 (W4A4): x is the raw input, which the permutation
+  // them faster (W4A16: wgmma_call_us, which credits the grids that need no permutation kernel). Grids that
+  // wgmma_raw_x_pays names permute the activations in the wgmma kernel instead (no permutation kernel;
+  // set_wgmma_raw_x overrides). x_gs > 0 (W4A4): x is the raw input, which the permutation
   // kernel quantizes (global scale x_gs, the factors of x_factors_) as it permutes it.
   void wgmma(detail::GemmParams& p, detail::Mode mode, int rule, float x_gs, cudaStream_t stream) const {
     const int forced_rows = rule == 9 ? 128 : rule == 12 ? 192 : rule == 4 || rule == 5 ? 256 : 0;
-    WgmmaGrid grid = forced_rows ? WgmmaGrid{forced_rows, wgmma_split(p.m, n_, n16_, kc_, sms_, forced_rows)}
-                                 : wgmma_grid(p.m, n_, n16_, kc_, sms_);
+    // W4A4 (x_gs > 0) always takes the permutation kernel, which quantizes as it permutes: the same in the kernel's
+    // permuter made the permuter the bottleneck (docs/PERF.md, change 119).
+    const bool own = !(x_gs > 0.0f) && raw_x_ != 0;  // may the kernel permute its own activations
+    WgmmaGrid grid = forced_rows ? WgmmaGrid{forced_rows, wgmma_split(p.m, n_, n16_, kc_, sms_, forced_rows, own)}
+                                 : wgmma_grid(p.m, n_, n16_, kc_, sms_, own);
     if (forced_splits_ > 0)
       grid.split = WgmmaSplit{static_cast<int>(std::min<int64_t>(forced_splits_, kc_)), forced_split_rb0_};
     const int rows = grid.rows;
@@ -465,9 +469,7 @@ class CudaLinearImpl final : public CudaLinear {
     p.splits = sp.splits;
     p.split_rb0 = sp.splits > 1 ? sp.split_rb0 : 0;
     const int kt = wgmma_tile_tokens(p.m);
-    // W4A4 (x_gs > 0) always takes the permutation kernel, which quantizes as it permutes: the same in the kernel's
-    // permuter made the permuter the bottleneck (docs/PERF.md, change 119).
-    p.wgmma_raw_x = detail::wgmma_raw_x_fits(rows, kt) && !(x_gs > 0.0f) &&
+    p.wgmma_raw_x = detail::wgmma_raw_x_fits(rows, kt) && own &&
                     (raw_x_ >= 0 ? raw_x_ == 1 : wgmma_raw_x_pays(p.m, n16_, sms_, rows, sp));
     std::optional<StreamBuf> xp;  // the permuted activations, where the kernel does not permute them itself
     if (!p.wgmma_raw_x) {
@@ -945,11 +947,20 @@ double wgmma_time_us(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms, Wgm
   return t;
 }
 
-WgmmaSplit wgmma_split(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms, int rows) {
+double wgmma_call_us(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms, WgmmaSplit split, int rows,
+                     bool own_permutation) {
+  const double t = wgmma_time_us(m, n, n16, kc, sms, split, rows);
+  const int64_t longest = split.splits > 1 && split.split_rb0 == 0 ? ceil_div(kc, int64_t{split.splits}) : kc;
+  const bool credit = own_permutation && longest <= kWgmmaOwnPermuteMaxChunks &&
+                      wgmma_raw_x_pays(m, n16, sms, rows, split);
+  return credit ? t - kWgmmaPermuteUs : t;
+}
+
+WgmmaSplit wgmma_split(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms, int rows, bool own_permutation) {
   WgmmaSplit best{1, 0};
-  double best_us = wgmma_time_us(m, n, n16, kc, sms, best, rows);
+  double best_us = wgmma_call_us(m, n, n16, kc, sms, best, rows, own_permutation);
   auto consider = [&](WgmmaSplit c) {
-    const double t = wgmma_time_us(m, n, n16, kc, sms, c, rows);
+    const double t = wgmma_call_us(m, n, n16, kc, sms, c, rows, own_permutation);
     if (t < 0.95 * best_us) best = c, best_us = t;
   };
   // First only the blocks of the last, partial round split: as many row blocks (all their token blocks) as cover
@@ -968,15 +979,16 @@ WgmmaSplit wgmma_split(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms, i
   return best;
 }
 
-WgmmaGrid wgmma_grid(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms) {
-  const WgmmaGrid g256{256, wgmma_split(m, n, n16, kc, sms, 256)}, g128{128, wgmma_split(m, n, n16, kc, sms, 128)};
-  const double t256 = wgmma_time_us(m, n, n16, kc, sms, g256.split, 256);
-  const double t128 = wgmma_time_us(m, n, n16, kc, sms, g128.split, 128);
+WgmmaGrid wgmma_grid(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms, bool own_permutation) {
+  const WgmmaGrid g256{256, wgmma_split(m, n, n16, kc, sms, 256, own_permutation)},
+      g128{128, wgmma_split(m, n, n16, kc, sms, 128, own_permutation)};
+  const double t256 = wgmma_call_us(m, n, n16, kc, sms, g256.split, 256, own_permutation);
+  const double t128 = wgmma_call_us(m, n, n16, kc, sms, g128.split, 128, own_permutation);
   const WgmmaGrid& best = t128 < t256 ? g128 : g256;
   // Blocks of 192 rows only where their estimate is at least 5% below: their chunk time spreads 0.67-0.83x
   // around the fitted 0.77, and near ties measured either way (change 84).
-  const WgmmaGrid g192{192, wgmma_split(m, n, n16, kc, sms, 192)};
-  const double t192 = wgmma_time_us(m, n, n16, kc, sms, g192.split, 192);
+  const WgmmaGrid g192{192, wgmma_split(m, n, n16, kc, sms, 192, own_permutation)};
+  const double t192 = wgmma_call_us(m, n, n16, kc, sms, g192.split, 192, own_permutation);
   return t192 < 0.95 * std::min(t256, t128) ? g192 : best;
 }
 

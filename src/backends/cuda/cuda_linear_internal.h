@@ -135,7 +135,8 @@ bool uses_fused_kernel(const CudaLinear& l, int64_t m);
 // (8·splits·M·cols bytes) and y written, at 5 TB/s where the partial sums take at most kWgmmaL2PartialBytes
 // (they stay in L2) and 3 TB/s above, and the reduction's launch (2 µs). wgmma_split: the split
 // (1-8, each >= 8 chunks of 64 when > 1; over as many trailing row blocks as the last partial round holds, then over
-// all blocks) with the smallest estimate, a split only where it saves >= 5% over the best so far (in that order).
+// all blocks) with the smallest estimate, a split only where it saves >= 5% over the best so far (in that order);
+// with own_permutation, the estimates compared are wgmma_call_us's.
 inline constexpr double kWgmmaL2PartialBytes = 32.0 * (1 << 20);
 struct WgmmaSplit {
   int splits = 1;
@@ -147,17 +148,33 @@ int wgmma_tile_tokens(int64_t m);
 // tests).
 int wgmma_consumers(int64_t m, int rule, int rows = 256);
 double wgmma_time_us(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms, WgmmaSplit split, int rows = 256);
-WgmmaSplit wgmma_split(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms, int rows = 256);
+// What the permutation kernel adds in front of the wgmma kernel at M <= 64, in a CUDA graph: the same grid ran
+// 1.1 µs faster on 6144x4096 at M = 33 and 64 with the kernel's own permutation (H100, docs/PERF.md, change 122),
+// 1.3-1.8 µs on the 4096-row layers at M = 64 (change 120); the middle of that range (change 123: at 1.2 the
+// credit left 6144x4096 at M = 44-56 on 192-row blocks, measured 0.1-0.8 µs slower than the 128-row grid).
+inline constexpr double kWgmmaPermuteUs = 1.5;
+// Blocks of at most this many chunks of 64 get that credit: grids chosen by it measured faster with blocks of 19-56
+// chunks (4096x14336 at M = 44-56: 56) and slower with 64-74 (8192x8192 at M = 17-40, 5120x13824, 3584x18944;
+// H100, docs/PERF.md, change 123).
+inline constexpr int64_t kWgmmaOwnPermuteMaxChunks = 56;
+// wgmma_time_us less kWgmmaPermuteUs where the call may permute its activations in the wgmma kernel
+// (own_permutation: W4A16), the grid has that form (wgmma_raw_x_pays) and its longest block has at most
+// kWgmmaOwnPermuteMaxChunks chunks: what wgmma_split and wgmma_grid compare.
+double wgmma_call_us(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms, WgmmaSplit split, int rows,
+                     bool own_permutation);
+WgmmaSplit wgmma_split(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms, int rows = 256,
+                       bool own_permutation = false);
 // The chunk time of a round of blocks of `rows` rows over that of 256-row blocks (measured; wgmma_chunk_us).
 double wgmma_rows_factor(int rows);
 // Rows per block and K split: blocks of 128 rows where the estimate with their best split is below 256-row
 // blocks' with theirs (twice the blocks, for grids that leave SMs idle), else 256; blocks of 192 rows (4/3 the
-// blocks) instead where their estimate is at least 5% below both; each with wgmma_split's split.
+// blocks) instead where their estimate is at least 5% below both; each with wgmma_split's split. own_permutation
+// (W4A16 calls): the estimates are wgmma_call_us's, which credit grids where the kernel permutes its own activations.
 struct WgmmaGrid {
   int rows = 256;
   WgmmaSplit split;
 };
-WgmmaGrid wgmma_grid(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms);
+WgmmaGrid wgmma_grid(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms, bool own_permutation = false);
 // Forces the wgmma kernel's K split (blocks per K range, at most the chunk count; from row block split_rb0
 // on); splits 0 restores wgmma_split's.
 void set_wgmma_splits(CudaLinear& l, int splits, int split_rb0 = 0);

@@ -72,6 +72,57 @@ TEST(CudaWgmmaGrid, OwnPermutationOnOneRoundOfBlocks) {
   EXPECT_FALSE(wgmma_raw_x_pays(64, n16, 132, 192, {4, 0}));     // 192-row blocks: no such form
 }
 
+// A call that may permute its activations in the wgmma kernel (W4A16) credits grids of that form whose blocks have at
+// most kWgmmaOwnPermuteMaxChunks chunks with the permutation kernel's time (kWgmmaPermuteUs, 1.5 µs); W4A4, which
+// always runs that kernel, compares the plain estimates. Worked by hand on 132 SMs (docs/PERF.md, change 123):
+// - 6144x4096, M = 64: 128 rows in 2 splits, 96 blocks of 32 chunks in one round, 32 x 0.3025 + 64 x 6144 x 18
+//   bytes at 5 TB/s + 2 = 13.10, credited 11.60; 256 rows, 5 splits: 13 x 0.55 + 64 x 6144 x 42 / 5e6 + 2 = 12.45;
+//   192 rows, 4 splits: 16 x 0.4235 + 64 x 6144 x 34 / 5e6 + 2 = 11.45, not 5% below 11.60: 128 rows. Without the
+//   credit 192 rows (11.45 < 0.95 x 12.45).
+// - 4096x14336, M = 17: 128 rows in 4 splits, 128 blocks of 56 chunks, 56 x 0.3025 + 17 x 4096 x 34 / 5e6 + 2 =
+//   19.41, credited 17.91; 256 rows in 8 splits: 28 x 0.55 + 17 x 4096 x 66 / 5e6 + 2 = 18.32: 128 rows with the
+//   credit, 256 without.
+// - 8192x8192, M = 17: 128 rows in 2 splits would be 128 blocks of 64 chunks, no credit: 256 rows in 4 splits
+//   either way.
+TEST(CudaWgmmaGrid, OwnPermutationCreditedWhereTheCallMayUseIt) {
+  const int64_t n16 = 6144 / 16, kc = 4096 / 64;
+  EXPECT_NEAR(wgmma_time_us(64, 6144, n16, kc, 132, {2, 0}, 128), 32 * 0.3025 + 64.0 * 6144 * 18 / 5e6 + 2, 0.01);
+  EXPECT_NEAR(wgmma_call_us(64, 6144, n16, kc, 132, {2, 0}, 128, true),
+              wgmma_time_us(64, 6144, n16, kc, 132, {2, 0}, 128) - kWgmmaPermuteUs, 1e-9);
+  EXPECT_NEAR(wgmma_call_us(64, 6144, n16, kc, 132, {2, 0}, 128, false),
+              wgmma_time_us(64, 6144, n16, kc, 132, {2, 0}, 128), 1e-9);
+  // two rounds (5 splits: 240 blocks): no such form, no credit
+  EXPECT_NEAR(wgmma_call_us(64, 6144, n16, kc, 132, {5, 0}, 128, true),
+              wgmma_time_us(64, 6144, n16, kc, 132, {5, 0}, 128), 1e-9);
+  EXPECT_NEAR(wgmma_time_us(64, 6144, n16, kc, 132, {4, 0}, 192), 16 * 0.55 * 0.77 + 64.0 * 6144 * 34 / 5e6 + 2,
+              0.01);
+  const WgmmaGrid own = wgmma_grid(64, 6144, n16, kc, 132, true);
+  EXPECT_EQ(own.rows, 128);
+  EXPECT_EQ(own.split.splits, 2);
+  EXPECT_TRUE(wgmma_raw_x_pays(64, n16, 132, own.rows, own.split));
+  const WgmmaGrid plain = wgmma_grid(64, 6144, n16, kc, 132, false);
+  EXPECT_EQ(plain.rows, 192);
+  EXPECT_EQ(plain.split.splits, 4);
+
+  const int64_t n16b = 4096 / 16, kcb = 14336 / 64;
+  EXPECT_NEAR(wgmma_time_us(17, 4096, n16b, kcb, 132, {8, 0}, 256), 28 * 0.55 + 17.0 * 4096 * 66 / 5e6 + 2, 0.01);
+  EXPECT_NEAR(wgmma_time_us(17, 4096, n16b, kcb, 132, {4, 0}, 128), 56 * 0.3025 + 17.0 * 4096 * 34 / 5e6 + 2, 0.01);
+  const WgmmaGrid own17 = wgmma_grid(17, 4096, n16b, kcb, 132, true);
+  EXPECT_EQ(own17.rows, 128);
+  EXPECT_EQ(own17.split.splits, 4);
+  const WgmmaGrid plain17 = wgmma_grid(17, 4096, n16b, kcb, 132, false);
+  EXPECT_EQ(plain17.rows, 256);
+  EXPECT_EQ(plain17.split.splits, 8);
+
+  const int64_t n16c = 8192 / 16, kcc = 8192 / 64;
+  EXPECT_TRUE(wgmma_raw_x_pays(17, n16c, 132, 128, {2, 0}));
+  EXPECT_NEAR(wgmma_call_us(17, 8192, n16c, kcc, 132, {2, 0}, 128, true),
+              wgmma_time_us(17, 8192, n16c, kcc, 132, {2, 0}, 128), 1e-9);
+  const WgmmaGrid long_blocks = wgmma_grid(17, 8192, n16c, kcc, 132, true);
+  EXPECT_EQ(long_blocks.rows, 256);
+  EXPECT_EQ(long_blocks.split.splits, 4);
+}
+
 // The split of the last round's blocks is considered before the split of every block: 57344x8192 at M = 17 on 132
 // SMs (224 row blocks of 256, 128 chunks) takes the 4-way split from row block 132 (the 92 blocks of the second,
 // partial round), although a uniform 4-way split also estimates more than 5% below the unsplit grid; the uniform one
