@@ -210,13 +210,7 @@ __device__ __forceinline__ void accumulate(const GemmParams& p, const uint2* pow
 #pragma unroll
         for (int i = 0; i < kNW; ++i) {
           st.wv[u][i] = ld_stream(wp + off + 32 * i);
-#ifdef NVFP4_PROBE_NO_SCALE_LOAD
-          // Measurement build only (wrong results): the scale pair made from the chunk index instead of loaded,
-          // so the time left is that of the kernel without its 16-bit scale loads (docs/PERF.md, change 120).
-          st.sv[u][i] = static_cast<uint32_t>((c + u + i) * 0x0101) & 0x3F3Fu;
-#else
           st.sv[u][i] = sp[off + 32 * i];
-#endif
         }
       }
     }
