@@ -260,7 +260,9 @@ class CudaLinearImpl final : public CudaLinear {
     chunk_rows_ = static_cast<int>(std::min<int64_t>(rows, n16_ * 16));
   }
   void set_grid_rule(int r) { grid_rule_ = r; }
-  void set_wgmma_from(int64_t m) { wgmma_from_ = m > 0 ? std::max<int64_t>(m, 17) : default_wgmma_from(n_, k_); }
+  void set_wgmma_from(int64_t m) {
+    wgmma_from_ = m > 0 ? std::max<int64_t>(m, 17) : default_wgmma_from(sem_, n_, k_, sms_);
+  }
   void set_raw_x(int mode) { raw_x_ = mode < 0 ? -1 : mode > 0 ? 1 : 0; }
   // The grid rule in force (set_fused_grid_rule's, or the default).
   int grid_rule() const { return grid_rule_ < 0 ? default_rule_ : grid_rule_; }
@@ -625,7 +627,7 @@ constexpr int64_t kSmallLayerWeights = 48ll << 20, kMidLayerWeights = 200ll << 2
 
 int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k, bool wgmma) {
   const int64_t nk = n * k;
-  // Hopper: the wgmma kernel (M > 32, and M > 16 on layers of >= 20 Mi weights) reads the weights once per 64-128
+  // Hopper: the wgmma kernel (M > 32, and M > 16 where default_wgmma_from says so) reads the weights once per 64-128
   // tokens and never writes a dequantized copy; it wins up to M = 512 on small layers (since its epilogue goes
   // through shared memory, change 71: at 384 and 512 0.84-0.93x the dequantize + cuBLAS path's time, 6144x4096 at
   // 512 0.99-1.00x; at 768-2048 0.96-1.13x), 1536 on mid-size ones (2048 within 5% either way) and at least 2048 on
@@ -643,13 +645,29 @@ int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k, bool wgmma) {
   return n < 6144 ? 32 : 64;
 }
 
-int64_t default_wgmma_from(int64_t n, int64_t k) {
+double decode_one_tile_row_us(const DecodeGrid& g, int64_t kc) {
+  // Fitted to the eight layers of docs/PERF.md, change 124 (H100, w4a16, M = 17-32, nt4 nw1 wk8: 1-2 waves of
+  // 4-16 chunks per warp): within 0.5 µs on seven, 1.3 µs under on 3072x3072.
+  const double waves = static_cast<double>(ceil_div(g.blocks, std::max<int64_t>(g.slots, 1)));
+  return waves * (kDecodeWaveUs + kDecodeChunkUs * static_cast<double>(ceil_div(kc, int64_t{g.wk})));
+}
+
+int64_t default_wgmma_from(Semantics s, int64_t n, int64_t k, int sms) {
   // At M = 17-32 (bench_gemm --m 17,24,32 --xover none, with and without --wgmma-from 17, H100, every semantics) the
   // wgmma kernel's one 64-token tile took 0.55-0.97x the time of the decode kernel's 32-token tiles on every bench
-  // layer of 24 Mi weights and more (6144x4096 0.74-0.80x, 8192x28672 0.55-0.65x), and 1.13-1.21x on 4096x4096
-  // (16 Mi), whose decode grid is one wave of short blocks while the wgmma path adds its permutation and split
-  // reduction (docs/PERF.md, change 110). The bound lies between the two.
-  return n * k >= kWgmmaFrom17MinWeights ? 17 : 33;
+  // layer of 24 Mi weights and more (6144x4096 0.74-0.80x, 8192x28672 0.55-0.65x; docs/PERF.md, change 110).
+  if (n * k >= kWgmmaFrom17MinWeights) return 17;
+  // Below, the two estimates at M = 32 (both kernels' grids are the same over M = 17-32), where the decode grid is
+  // the one the decode estimate was fitted to (one token tile row of one 16-row tile per warp, K split 8 ways, no
+  // tail split); elsewhere the decode kernel, as before. On change 124's eight layers this chose the faster kernel
+  // for W4A4 on all eight and for W4A16 on seven (3072x3072 keeps the decode kernel, 0.6-1.2 µs slower there).
+  const int64_t n16 = ceil_div(n, int64_t{16}), kc = ceil_div(k, int64_t{64});
+  const DecodeGrid g = decode_grid(32, n16, kc, sms, 13, detail::Mode::Exact, k % 64 != 0);
+  if (g.nt != 4 || g.nw != 1 || g.wk != 8 || g.light || g.split_parts != 1) return 33;
+  const bool own = s == Semantics::W4A16;
+  const WgmmaGrid w = wgmma_grid(32, n, n16, kc, sms, own);
+  const double wgmma_us = wgmma_call_us(32, n, n16, kc, sms, w.split, w.rows, own) + kWgmmaCallUs;
+  return wgmma_us < decode_one_tile_row_us(g, kc) ? 17 : 33;
 }
 
 int64_t default_full_round_max_m(Semantics s, int64_t n, int64_t k, bool wgmma) {

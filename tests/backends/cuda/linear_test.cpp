@@ -19,6 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include <cuda_runtime.h>
+
 #include "backends/cpu/linear.h"
 #include "backends/cuda/cuda_linear.h"
 #include "backends/cuda/cuda_linear_internal.h"
@@ -469,7 +471,7 @@ TEST(CudaLinear, ActivationRingKernelWithinBoundAndDeterministic) {
 }
 
 // M > 16 on the fused path (forced): M <= 32 runs the decode kernel's 32-token tiles on these small layers, and the
-// wgmma kernel where set_wgmma_from(17) asks for it (on sm_90a; the default on layers of >= 20 Mi weights); above, on
+// wgmma kernel where set_wgmma_from(17) asks for it (on sm_90a; the default where default_wgmma_from says so); above, on
 // sm_90, the wgmma kernel (rule 3, as the default above M = 32: 64-token tiles up to M = 64, 128 above, 4 consumer
 // warpgroups at M = 65-128; rules 4 and 5: 4 or 2 consumer warpgroups forced; rules 9 and 12: blocks of 128 and 192
 // rows) and the decode kernel's 32-token tiles that other GPUs run (rule 2). Full and partial 64-token blocks, row
@@ -497,7 +499,7 @@ TEST(CudaLinear, MidMKernelWithinDerivedBoundAndDeterministic) {
           }
           if (m <= 32) break;  // the rules differ only above M = 32
         }
-        if (m <= 32) {  // the wgmma kernel's one 64-token tile, as layers of >= 20 Mi weights run it by default
+        if (m <= 32) {  // the wgmma kernel's one 64-token tile, as default_wgmma_from's layers run it
           const std::string what = label(s, t, m, sh[0], sh[1]) + "/wgmma-from-17";
           auto from17 = [](CudaLinear& l) { set_wgmma_from(l, 17); };
           const std::vector<uint16_t> y = run_gpu(w, s, t, x, m, 0, -1, 1 << 30, from17);
@@ -508,25 +510,39 @@ TEST(CudaLinear, MidMKernelWithinDerivedBoundAndDeterministic) {
     }
 }
 
-// Which kernel M = 17-32 runs by default: the wgmma kernel on a layer of 20 Mi weights (5120x4096), the decode
-// kernel's 32-token tiles one 16-row tile below it (5104x4096) and at M = 16; the decode kernel everywhere on devices
-// without the wgmma kernel.
-TEST(CudaLinear, WgmmaFromM17OnLayersOf20MiWeights) {
+// Which kernel M = 17-32 runs by default: the wgmma kernel from default_wgmma_from's M on (the layer of 20 Mi weights,
+// 5120x4096, always; 5104x4096 and 4096x4096 as the estimates say for this device's SMs: on 132 the wgmma kernel and
+// the decode kernel), the decode kernel's 32-token tiles below it and at M = 16, and everywhere on devices without
+// the wgmma kernel; set_wgmma_from forces either way and 0 restores the default.
+TEST(CudaLinear, WgmmaFromM17FollowsTheHostRule) {
   NVFP4_REQUIRE_GPU();
   const bool wgmma = detail::wgmma_available(0);
-  for (int64_t n : {5120, 5104}) {
-    const LinearWeights w = random_layer(n, 4096, scale_range(0x28, 0x5F), 1.0f, false, 1.0f, true, DType::BF16, 9);
-    auto lin = CudaLinear::create(w, Semantics::W4A16, DType::BF16, 0);
-    for (int64_t m : {16, 17, 32, 33}) {
-      const bool on_wgmma = wgmma && (m >= 33 || (m >= 17 && n == 5120));
-      EXPECT_EQ(decode_grid_name(*lin, m) == "-", on_wgmma) << n << "x4096 at M = " << m << ": "
-                                                            << decode_grid_name(*lin, m);
-    }
-    set_wgmma_from(*lin, 17);  // forced, then back to the layer's default
-    EXPECT_EQ(decode_grid_name(*lin, 24) == "-", wgmma);
-    set_wgmma_from(*lin, 0);
-    EXPECT_EQ(decode_grid_name(*lin, 24) == "-", wgmma && n == 5120);
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  if (sms == 132) {
+    EXPECT_EQ(default_wgmma_from(Semantics::W4A16, 5104, 4096, sms), 17);
+    EXPECT_EQ(default_wgmma_from(Semantics::W4A16, 4096, 4096, sms), 33);
   }
+  for (int64_t n : {5120, 5104, 4096})
+    for (Semantics s : {Semantics::W4A16, Semantics::W4A4}) {
+      const LinearWeights w = random_layer(n, 4096, scale_range(0x28, 0x5F), 1.0f, true, 1.0f, true, DType::BF16, 9);
+      auto lin = CudaLinear::create(w, s, DType::BF16, 0);
+      const int64_t from = default_wgmma_from(s, n, 4096, sms);
+      if (n == 5120) {
+        EXPECT_EQ(from, 17);
+      }
+      for (int64_t m : {16, 17, 24, 32, 33}) {
+        const bool on_wgmma = wgmma && m >= from;
+        EXPECT_EQ(decode_grid_name(*lin, m) == "-", on_wgmma) << n << "x4096 at M = " << m << ": "
+                                                              << decode_grid_name(*lin, m);
+      }
+      set_wgmma_from(*lin, 17);  // forced either way, then back to the layer's default
+      EXPECT_EQ(decode_grid_name(*lin, 24) == "-", wgmma);
+      set_wgmma_from(*lin, 33);
+      EXPECT_NE(decode_grid_name(*lin, 24), "-");
+      set_wgmma_from(*lin, 0);
+      EXPECT_EQ(decode_grid_name(*lin, 24) == "-", wgmma && from == 17);
+    }
 }
 
 // The wgmma kernel at large M, forced on the fused path: many 128-token tiles with a

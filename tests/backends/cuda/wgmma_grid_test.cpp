@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <utility>
 #include <string>
 
 #include "backends/cuda/cuda_linear_internal.h"
@@ -36,17 +37,33 @@ TEST(CudaWgmmaGrid, TokenTileAndConsumersByMAndRule) {
 }
 
 // The smallest M on the wgmma kernel: 17 from 20 Mi weights on (measured: 6144x4096, 24 Mi, faster there at M =
-// 17-32, 4096x4096, 16 Mi, slower), else 33.
-TEST(CudaWgmmaGrid, WgmmaFromM17OnLayersOf20MiWeights) {
+// 17-32), whatever the estimates say; below, 17 where the wgmma estimate at M = 32 beats the decode kernel's on its
+// nt4 nw1 wk8 grid. On 132 SMs that is change 124's measured split of eight layers (docs/PERF.md): the wgmma kernel
+// for 4608x3584 (288 blocks: a second wave), 8192x2048 (512 blocks), 2048x8192 and 1024x4096 (128 and 64 blocks of 16
+// and 8 chunks per warp), the decode kernel for 4096x4096, 4096x2048, 2048x2048 and 3072x3072 (one wave of at most
+// 8 chunks per warp); grids the decode estimate was not fitted to (two tiles per warp: 8960x1536) keep it.
+TEST(CudaWgmmaGrid, WgmmaFromM17ByWeightCountOrEstimate) {
   EXPECT_EQ(kWgmmaFrom17MinWeights, 5120 * 4096);
-  EXPECT_EQ(default_wgmma_from(5120, 4096), 17);
-  EXPECT_EQ(default_wgmma_from(4096, 5120), 17);
-  EXPECT_EQ(default_wgmma_from(5104, 4096), 33);
-  EXPECT_EQ(default_wgmma_from(4096, 4096), 33);
-  EXPECT_EQ(default_wgmma_from(1024, 4096), 33);
-  EXPECT_EQ(default_wgmma_from(6144, 4096), 17);
-  EXPECT_EQ(default_wgmma_from(8192, 28672), 17);
-  EXPECT_EQ(default_wgmma_from(128256, 4096), 17);
+  for (Semantics s : {Semantics::W4A16, Semantics::W4A4, Semantics::W4A4_VLLM})
+    for (int sms : {132, 114, 78, 1}) {
+      EXPECT_EQ(default_wgmma_from(s, 5120, 4096, sms), 17);
+      EXPECT_EQ(default_wgmma_from(s, 4096, 5120, sms), 17);
+      EXPECT_EQ(default_wgmma_from(s, 8192, 28672, sms), 17);
+      EXPECT_EQ(default_wgmma_from(s, 128256, 4096, sms), 17);
+    }
+  for (Semantics s : {Semantics::W4A16, Semantics::W4A4}) {
+    for (auto [n, k] : {std::pair<int64_t, int64_t>{4608, 3584}, {8192, 2048}, {2048, 8192}, {1024, 4096}})
+      EXPECT_EQ(default_wgmma_from(s, n, k, 132), 17) << n << "x" << k;
+    for (auto [n, k] : {std::pair<int64_t, int64_t>{4096, 4096}, {4096, 2048}, {2048, 2048}, {3072, 3072}})
+      EXPECT_EQ(default_wgmma_from(s, n, k, 132), 33) << n << "x" << k;
+    EXPECT_EQ(decode_grid(32, 8960 / 16, 1536 / 64, 132, 13).nw, 2);
+    EXPECT_EQ(default_wgmma_from(s, 8960, 1536, 132), 33);
+  }
+  // The estimates themselves: the decode kernel's waves (288 blocks on 264 slots: 2) x (2.9 + 0.87 x 7 chunks).
+  const DecodeGrid g = decode_grid(32, 4608 / 16, 3584 / 64, 132, 13);
+  ASSERT_EQ(g.blocks, 288);
+  ASSERT_EQ(g.slots, 264);
+  EXPECT_NEAR(decode_one_tile_row_us(g, 3584 / 64), 2 * (kDecodeWaveUs + 7 * kDecodeChunkUs), 1e-9);
 }
 
 // The wgmma kernel permutes the activations itself on one round of 128-row, 64-token blocks (at most one block per
