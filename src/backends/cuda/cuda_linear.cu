@@ -662,8 +662,11 @@ int64_t default_wgmma_from(Semantics s, int64_t n, int64_t k, int sms) {
   // tail split); elsewhere the decode kernel, as before. On change 124's eight layers this chose the faster kernel
   // for W4A4 on all eight and for W4A16 on seven (3072x3072 keeps the decode kernel, 0.6-1.2 µs slower there).
   const int64_t n16 = ceil_div(n, int64_t{16}), kc = ceil_div(k, int64_t{64});
+  // Rule 13 stands for either default rule: 14 differs from it only at M <= 16.
   const DecodeGrid g = decode_grid(32, n16, kc, sms, 13, detail::Mode::Exact, k % 64 != 0);
   if (g.nt != 4 || g.nw != 1 || g.wk != 8 || g.light || g.split_parts != 1) return 33;
+  // As wgmma() decides for the default calls: W4A16 may permute in the kernel, W4A4 quantizes in the permutation
+  // kernel.
   const bool own = s == Semantics::W4A16;
   const WgmmaGrid w = wgmma_grid(32, n, n16, kc, sms, own);
   const double wgmma_us = wgmma_call_us(32, n, n16, kc, sms, w.split, w.rows, own) + kWgmmaCallUs;

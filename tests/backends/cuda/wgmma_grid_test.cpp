@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <utility>
 #include <string>
+#include <utility>
 
 #include "backends/cuda/cuda_linear_internal.h"
 #include "backends/cuda/gemm.cuh"
