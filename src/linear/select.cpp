@@ -325,7 +325,8 @@ std::string explain_dispatch(const DeviceInfo& dev, const BuildInfo& build, cons
     const Capability w = wgmma_kernel_capability(dev, build);
     o << "  M > 32 (prefill):    "
       << (w.ok ? "Hopper wgmma kernel (also M = 17-32 on layers of >= " + std::to_string(kWgmmaFrom17MinWeights >> 20) +
-                     " Mi weights, and on smaller ones where the decode kernel's grid is estimated slower)"
+                     " Mi weights and on smaller ones where the decode kernel's grid is estimated slower; on small "
+                     "layers whose decode grid is estimated faster to M = 64, from M = 65)"
                : "decode kernel, 32-token tiles (no wgmma kernel: " + w.brief + ")")
       << "\n";
   }

@@ -323,8 +323,9 @@ TEST(Select, WgmmaKernelOnlyOnHopperWithSm90aCode) {
   EXPECT_FALSE(wgmma_kernel_capability(DeviceInfo::gpu("NVIDIA A100", 8, 0), full_build()).ok);
   EXPECT_FALSE(wgmma_kernel_capability(DeviceInfo::cpu(), full_build()).ok);
   EXPECT_NE(explain_dispatch(h200(), full_build(), {})
-                .find("M > 32 (prefill):    Hopper wgmma kernel (also M = 17-32 on layers of >= 20 Mi weights, and on "
-                      "smaller ones where the decode kernel's grid is estimated slower)"),
+                .find("M > 32 (prefill):    Hopper wgmma kernel (also M = 17-32 on layers of >= 20 Mi weights and on "
+                      "smaller ones where the decode kernel's grid is estimated slower; on small layers whose decode grid is "
+                      "estimated faster to M = 64, from M = 65)"),
             std::string::npos);
   EXPECT_NE(explain_dispatch(h200(), generic90, {}).find("no wgmma kernel: this binary has no sm_90a code"),
             std::string::npos);

@@ -266,7 +266,7 @@ class CudaLinearImpl final : public CudaLinear {
   void set_raw_x(int mode) { raw_x_ = mode < 0 ? -1 : mode > 0 ? 1 : 0; }
   // The grid rule in force (set_fused_grid_rule's, or the default).
   int grid_rule() const { return grid_rule_ < 0 ? default_rule_ : grid_rule_; }
-  // The decode kernel's grid rule (M <= 32): rules 9 and 12 differ from 7 and 11 only above that.
+  // The decode kernel's grid rule: rules 9 and 12 differ from 7 and 11 only in the wgmma kernel's grids.
   int decode_rule() const { return grid_rule() == 9 ? 7 : grid_rule() == 12 ? 11 : grid_rule(); }
 
   // Whether a call of m rows runs the decode kernel (fused, and not the wgmma kernel).
@@ -627,7 +627,7 @@ constexpr int64_t kSmallLayerWeights = 48ll << 20, kMidLayerWeights = 200ll << 2
 
 int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k, bool wgmma) {
   const int64_t nk = n * k;
-  // Hopper: the wgmma kernel (M > 32, and M > 16 where default_wgmma_from says so) reads the weights once per 64-128
+  // Hopper: the wgmma kernel (from default_wgmma_from's M: 33, or 17 or 65) reads the weights once per 64-128
   // tokens and never writes a dequantized copy; it wins up to M = 512 on small layers (since its epilogue goes
   // through shared memory, change 71: at 384 and 512 0.84-0.93x the dequantize + cuBLAS path's time, 6144x4096 at
   // 512 0.99-1.00x; at 768-2048 0.96-1.13x), 1536 on mid-size ones (2048 within 5% either way) and at least 2048 on
@@ -645,9 +645,10 @@ int64_t default_fused_max_m(Semantics s, int64_t n, int64_t k, bool wgmma) {
   return n < 6144 ? 32 : 64;
 }
 
-double decode_one_tile_row_us(const DecodeGrid& g, int64_t kc) {
+double decode_nt4_grid_us(const DecodeGrid& g, int64_t kc) {
   // Fitted to the eight layers of docs/PERF.md, change 124 (H100, w4a16, M = 17-32, nt4 nw1 wk8: 1-2 waves of
-  // 4-16 chunks per warp): within 0.5 µs on seven, 1.3 µs under on 3072x3072.
+  // 4-16 chunks per warp): within 0.5 µs on seven, 1.3 µs under on 3072x3072. At M = 33-64 (two token tile rows,
+  // twice the blocks) it was within -0.2 / +1.7 µs of ten layers' times (H200, change 126).
   const double waves = static_cast<double>(ceil_div(g.blocks, std::max<int64_t>(g.slots, 1)));
   return waves * (kDecodeWaveUs + kDecodeChunkUs * static_cast<double>(ceil_div(kc, int64_t{g.wk})));
 }
@@ -657,20 +658,25 @@ int64_t default_wgmma_from(Semantics s, int64_t n, int64_t k, int sms) {
   // wgmma kernel's one 64-token tile took 0.55-0.97x the time of the decode kernel's 32-token tiles on every bench
   // layer of 24 Mi weights and more (6144x4096 0.74-0.80x, 8192x28672 0.55-0.65x; docs/PERF.md, change 110).
   if (n * k >= kWgmmaFrom17MinWeights) return 17;
-  // Below, the two estimates at M = 32 (both kernels' grids are the same over M = 17-32), where the decode grid is
-  // the one the decode estimate was fitted to (one token tile row of one 16-row tile per warp, K split 8 ways, no
-  // tail split); elsewhere the decode kernel, as before. On change 124's eight layers this chose the faster kernel
-  // for W4A4 on all eight and for W4A16 on seven (3072x3072 keeps the decode kernel, 0.6-1.2 µs slower there).
+  // Below, the two estimates, where the decode grid is the one the decode estimate was fitted to (token tiles of 32,
+  // one 16-row tile per warp, K split 8 ways, no tail split); elsewhere the kernel of before (the decode kernel to
+  // M = 32, the wgmma kernel above). Over M = 17-32 and over M = 33-64 each kernel's grid is the same (the wgmma
+  // kernel's one 64-token tile; the decode kernel's one or two token tile rows), so one estimate at M = 32 and one
+  // at 64 decide: the wgmma kernel from 17 where it is estimated faster at 32 (docs/PERF.md, change 125), else the
+  // decode kernel up to 64 where it is estimated faster there too (change 126), else the wgmma kernel from 33.
   const int64_t n16 = ceil_div(n, int64_t{16}), kc = ceil_div(k, int64_t{64});
-  // Rule 13 stands for either default rule: 14 differs from it only at M <= 16.
-  const DecodeGrid g = decode_grid(32, n16, kc, sms, 13, detail::Mode::Exact, k % 64 != 0);
-  if (g.nt != 4 || g.nw != 1 || g.wk != 8 || g.light || g.split_parts != 1) return 33;
-  // As wgmma() decides for the default calls: W4A16 may permute in the kernel, W4A4 quantizes in the permutation
-  // kernel.
   const bool own = s == Semantics::W4A16;
-  const WgmmaGrid w = wgmma_grid(32, n, n16, kc, sms, own);
-  const double wgmma_us = wgmma_call_us(32, n, n16, kc, sms, w.split, w.rows, own) + kWgmmaCallUs;
-  return wgmma_us < decode_one_tile_row_us(g, kc) ? 17 : 33;
+  auto fitted = [](const DecodeGrid& g) { return g.nt == 4 && g.nw == 1 && g.wk == 8 && !g.light && g.split_parts == 1; };
+  auto wgmma_us = [&](int64_t m) {
+    const WgmmaGrid w = wgmma_grid(m, n, n16, kc, sms, own);
+    return wgmma_call_us(m, n, n16, kc, sms, w.split, w.rows, own) + kWgmmaCallUs;
+  };
+  // Rule 13 stands for either default rule: 14 differs from it only at M <= 16.
+  const DecodeGrid g32 = decode_grid(32, n16, kc, sms, 13, detail::Mode::Exact, k % 64 != 0);
+  if (!fitted(g32)) return 33;
+  if (wgmma_us(32) < decode_nt4_grid_us(g32, kc)) return 17;
+  const DecodeGrid g64 = decode_grid(64, n16, kc, sms, 13, detail::Mode::Exact, k % 64 != 0);
+  return fitted(g64) && decode_nt4_grid_us(g64, kc) < wgmma_us(64) ? 65 : 33;
 }
 
 int64_t default_full_round_max_m(Semantics s, int64_t n, int64_t k, bool wgmma) {

@@ -26,7 +26,7 @@ void set_weight_tile_rows(CudaLinear& l, int rows);
 // Grid rule of the fused kernel (weight tiles per warp, K split): -1 default, 0 the earlier rule (tiles per
 // warp halved until >= 2 blocks per SM), 1 (M <= 16) tiles per warp kept while the largest K split fills >= 90%
 // of one wave, 2 (M <= 16) as 1 counting each kernel's own blocks per SM, always the largest K split;
-// 3: as 2, and M > 32 (M > 16 where default_wgmma_from says so) on the Hopper
+// 3: as 2, and from default_wgmma_from's M (33; 17 or 65 on some layers) on the Hopper
 // wgmma kernel where the device runs it (rules 0-2, and other devices, run the decode kernel with 32-token tiles
 // there); 4, 5: as 3 with blocks of 256 rows and 4 or 2 consumer warpgroups
 // in the wgmma kernel;
@@ -51,7 +51,7 @@ bool own_quant_active(const CudaLinear& l, int64_t m);
 // The parts a decode call of m rows splits its tail block rows into (decode_grid's tail split, where the stream's
 // workspace holds its slots); 1: none.
 int tail_split_parts(const CudaLinear& l, int64_t m);
-// The decode kernel's grid for M <= 32 (below default_wgmma_from on Hopper; any M under rules 0-2 and elsewhere) under
+// The decode kernel's grid below default_wgmma_from's M on Hopper (any M under rules 0-2 and elsewhere) under
 // a grid rule >= 0 (host rule, no device needed; mode: how the layer's weights are dequantized; partial_chunk: K % 64
 // != 0): token tiles of 8·nt, nw weight tiles per warp, K split over wk warps of a block; light: the kernel variant
 // that fits 3 blocks per SM with shorter register stages (16 tokens and one tile per warp, rule 3 on, where the 2-block
@@ -180,14 +180,16 @@ WgmmaGrid wgmma_grid(int64_t m, int64_t n, int64_t n16, int64_t kc, int sms, boo
 void set_wgmma_splits(CudaLinear& l, int splits, int split_rb0 = 0);
 // The smallest M that a layer of N x K runs on the wgmma kernel (grid rules 3 and up, sm_90a; below it the decode
 // kernel; host rule): 17 for layers of at least kWgmmaFrom17MinWeights weights (capability.h; docs/PERF.md, change
-// 110). Below that, 17 where the decode grid at M = 32 is one token tile row of one 16-row tile per warp with K split 8
-// ways and no tail split (nt4 nw1 wk8) and the wgmma estimate at M = 32 (wgmma_call_us of wgmma_grid's grid, with the
-// kernel's own permutation for W4A16, plus kWgmmaCallUs) is below decode_one_tile_row_us; else 33 (docs/PERF.md,
-// changes 124 and 125).
+// 110). Below that, where the decode grid at M = 32 is nt4 nw1 wk8 with no tail split (32-token tiles, one 16-row
+// tile per warp, K split 8 ways): 17 where the wgmma estimate at M = 32 (wgmma_call_us of wgmma_grid's grid, with the
+// kernel's own permutation for W4A16, plus kWgmmaCallUs) is below decode_nt4_grid_us (docs/PERF.md, change 125);
+// else 65 where the decode grid at M = 64 has that form too and its estimate is below the wgmma one at 64 (change
+// 126); else 33, as on layers whose decode grid at M = 32 has another form.
 int64_t default_wgmma_from(Semantics s, int64_t n, int64_t k, int sms);
-// The decode kernel's time at M = 17-32 on such a grid (nt4 nw1 wk8; fitted on an H100, docs/PERF.md, change 124):
-// waves of blocks (blocks over slots, rounded up) x (kDecodeWaveUs + kDecodeChunkUs per chunk of 64 per warp).
-double decode_one_tile_row_us(const DecodeGrid& g, int64_t kc);
+// The decode kernel's time on such a grid (nt4 nw1 wk8, one or two token tile rows; fitted on an H100, docs/PERF.md,
+// change 124): waves of blocks (blocks over slots, rounded up) x (kDecodeWaveUs + kDecodeChunkUs per chunk of 64 per
+// warp).
+double decode_nt4_grid_us(const DecodeGrid& g, int64_t kc);
 inline constexpr double kDecodeWaveUs = 2.9, kDecodeChunkUs = 0.87;
 // What a wgmma call of one 64-token tile takes beyond wgmma_call_us (launches, the permutation or quantization
 // kernel's own time, the tile's fill): 3.7-4.9 µs on change 124's eight layers at M = 32 for W4A16 (H100), 3.9-5.6

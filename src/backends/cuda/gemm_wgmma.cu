@@ -1,4 +1,4 @@
-// Hopper (sm_90a) GEMM for M > 32 (M > 16 where default_wgmma_from says so): FP4 weights dequantized
+// Hopper (sm_90a) GEMM from M = 33 (17 or 65 where default_wgmma_from says so): FP4 weights dequantized
 // in registers exactly as in the decode kernel (mma_frag.cuh) and multiplied with warpgroup MMAs (wgmma
 // m64n{64,128}k16, A from registers, B from shared memory, f32 accumulation), so each weight is read and dequantized
 // once per 64 or 128 tokens and the tensor cores run at their Hopper rate. The lane's 16 bytes of codes of one chunk

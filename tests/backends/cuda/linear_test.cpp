@@ -477,7 +477,8 @@ TEST(CudaLinear, ActivationRingKernelWithinBoundAndDeterministic) {
 // rows) and the decode kernel's 32-token tiles that other GPUs run (rule 2). Full and partial 64-token blocks, row
 // blocks past the weight (40 rows: one stored tile group of four), K not a multiple of 64 (208: the permuted
 // activations are zero-padded), fewer chunks than ring stages (64, 192), K splits (4100x1024 and 1100x4096 launch few
-// blocks), fp16 too; bit-identical on a second call.
+// blocks), fp16 too; bit-identical on a second call. M = 33 and 64 also on the decode kernel under the default rule
+// (set_wgmma_from(65), as default_wgmma_from's small layers run them).
 TEST(CudaLinear, MidMKernelWithinDerivedBoundAndDeterministic) {
   NVFP4_REQUIRE_GPU();
   const int64_t shapes[][2] = {{1100, 4096}, {40, 512}, {4100, 1024}, {16, 64}, {16400, 192}, {72, 208}};
@@ -506,13 +507,20 @@ TEST(CudaLinear, MidMKernelWithinDerivedBoundAndDeterministic) {
           check_y(w, t, m, y, ref, what);
           EXPECT_EQ(run_gpu(w, s, t, x, m, 0, -1, 1 << 30, from17), y) << what << ": two calls differ";
         }
+        if (m == 33 || m == 64) {  // the decode kernel's two token tile rows under the default rule (wgmma from 65)
+          const std::string what = label(s, t, m, sh[0], sh[1]) + "/wgmma-from-65";
+          auto from65 = [](CudaLinear& l) { set_wgmma_from(l, 65); };
+          const std::vector<uint16_t> y = run_gpu(w, s, t, x, m, 0, -1, 1 << 30, from65);
+          check_y(w, t, m, y, ref, what);
+          EXPECT_EQ(run_gpu(w, s, t, x, m, 0, -1, 1 << 30, from65), y) << what << ": two calls differ";
+        }
       }
     }
 }
 
-// Which kernel M = 17-32 runs by default: the wgmma kernel from default_wgmma_from's M on (the layer of 20 Mi weights,
-// 5120x4096, always; 5104x4096 and 4096x4096 as the estimates say for this device's SMs: on 132 the wgmma kernel and
-// the decode kernel), the decode kernel's 32-token tiles below it and at M = 16, and everywhere on devices without
+// Which kernel M = 16-65 runs by default: the wgmma kernel from default_wgmma_from's M on (the layer of 20 Mi weights,
+// 5120x4096, from 17 always; 5104x4096, 4096x4096 and 2048x2048 as the estimates say for this device's SMs: on 132
+// from 17, 33 and 65), the decode kernel's 32-token tiles below it and at M = 16, and everywhere on devices without
 // the wgmma kernel; set_wgmma_from forces either way and 0 restores the default.
 TEST(CudaLinear, WgmmaFromM17FollowsTheHostRule) {
   NVFP4_REQUIRE_GPU();
@@ -522,18 +530,20 @@ TEST(CudaLinear, WgmmaFromM17FollowsTheHostRule) {
   if (sms == 132) {
     EXPECT_EQ(default_wgmma_from(Semantics::W4A16, 5104, 4096, sms), 17);
     EXPECT_EQ(default_wgmma_from(Semantics::W4A16, 4096, 4096, sms), 33);
+    EXPECT_EQ(default_wgmma_from(Semantics::W4A16, 2048, 2048, sms), 65);
   }
-  for (int64_t n : {5120, 5104, 4096})
+  const int64_t shapes[][2] = {{5120, 4096}, {5104, 4096}, {4096, 4096}, {2048, 2048}};
+  for (const auto& [n, k] : shapes)
     for (Semantics s : {Semantics::W4A16, Semantics::W4A4}) {
-      const LinearWeights w = random_layer(n, 4096, scale_range(0x28, 0x5F), 1.0f, true, 1.0f, true, DType::BF16, 9);
+      const LinearWeights w = random_layer(n, k, scale_range(0x28, 0x5F), 1.0f, true, 1.0f, true, DType::BF16, 9);
       auto lin = CudaLinear::create(w, s, DType::BF16, 0);
-      const int64_t from = default_wgmma_from(s, n, 4096, sms);
+      const int64_t from = default_wgmma_from(s, n, k, sms);
       if (n == 5120) {
         EXPECT_EQ(from, 17);
       }
-      for (int64_t m : {16, 17, 24, 32, 33}) {
+      for (int64_t m : {16, 17, 24, 32, 33, 48, 64, 65}) {
         const bool on_wgmma = wgmma && m >= from;
-        EXPECT_EQ(decode_grid_name(*lin, m) == "-", on_wgmma) << n << "x4096 at M = " << m << ": "
+        EXPECT_EQ(decode_grid_name(*lin, m) == "-", on_wgmma) << n << "x" << k << " at M = " << m << ": "
                                                               << decode_grid_name(*lin, m);
       }
       set_wgmma_from(*lin, 17);  // forced either way, then back to the layer's default

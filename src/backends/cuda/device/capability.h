@@ -78,8 +78,8 @@ inline Capability cuda_kernels_capability(const DeviceInfo& dev, const BuildInfo
   return {};
 }
 
-// The cuda executor's Hopper kernel for M > 32, and M > 16 on layers of >= kWgmmaFrom17MinWeights weights (and on
-// smaller ones where the executor's default_wgmma_from estimates it faster)
+// The cuda executor's Hopper kernel for M > 32, and M > 16 on layers of >= kWgmmaFrom17MinWeights weights (the
+// executor's default_wgmma_from moves that M to 17 or 65 on smaller layers where its estimates say so)
 // (backends/cuda/gemm_wgmma.cu: wgmma needs the arch-specific sm_90a target): the cuda kernels run, the device is
 // 9.0 and this binary carries sm_90a SASS. Elsewhere M > 16 runs the decode kernel's 32-token tiles
 // (docs/BACKENDS.md, "Kernel paths"). At run time the executor also probes the device once (a kernel that reports
