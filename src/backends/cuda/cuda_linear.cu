@@ -676,8 +676,10 @@ int64_t default_wgmma_from(Semantics s, int64_t n, int64_t k, int sms) {
   if (!fitted(g32)) return 33;
   if (wgmma_us(32) < decode_nt4_grid_us(g32, kc)) return 17;
   const DecodeGrid g64 = decode_grid(64, n16, kc, sms, 13, detail::Mode::Exact, k % 64 != 0);
-  const double quant_us = s == Semantics::W4A16 ? 0.0 : kDecodeQuantMidMUs;
-  return fitted(g64) && decode_nt4_grid_us(g64, kc) + quant_us < wgmma_us(64) ? 65 : 33;
+  return fitted(g64) && ceil_div(kc, int64_t{g64.wk}) <= kDecodeTo64MaxChunksPerWarp &&
+                 decode_nt4_grid_us(g64, kc) < wgmma_us(64)
+             ? 65
+             : 33;
 }
 
 int64_t default_full_round_max_m(Semantics s, int64_t n, int64_t k, bool wgmma) {

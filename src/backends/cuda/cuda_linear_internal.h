@@ -183,19 +183,21 @@ void set_wgmma_splits(CudaLinear& l, int splits, int split_rb0 = 0);
 // 110). Below that, where the decode grid at M = 32 is nt4 nw1 wk8 with no tail split (32-token tiles, one 16-row
 // tile per warp, K split 8 ways): 17 where the wgmma estimate at M = 32 (wgmma_call_us of wgmma_grid's grid, with the
 // kernel's own permutation for W4A16, plus kWgmmaCallUs) is below decode_nt4_grid_us (docs/PERF.md, change 125);
-// else 65 where the decode grid at M = 64 has that form too and its estimate (plus kDecodeQuantMidMUs for the W4A4
-// flavours) is below the wgmma one at 64 (change 126); else 33, as on layers whose decode grid at M = 32 has another
-// form.
+// else 65 where the decode grid at M = 64 has that form too, with at most kDecodeTo64MaxChunksPerWarp chunks per warp,
+// and its estimate is below the wgmma one at 64 (change 126); else 33, as on layers whose decode grid at M = 32 has
+// another form.
 int64_t default_wgmma_from(Semantics s, int64_t n, int64_t k, int sms);
 // The decode kernel's time on such a grid (nt4 nw1 wk8, one or two token tile rows; fitted on an H100, docs/PERF.md,
 // change 124): waves of blocks (blocks over slots, rounded up) x (kDecodeWaveUs + kDecodeChunkUs per chunk of 64 per
 // warp).
 double decode_nt4_grid_us(const DecodeGrid& g, int64_t kc);
 inline constexpr double kDecodeWaveUs = 2.9, kDecodeChunkUs = 0.87;
-// What a W4A4 decode call at M = 33-64 took beyond a W4A16 call on the same grid (the activations quantized ahead of
-// the kernel): 1.3-2.7 µs on change 126's ten layers that keep the decode kernel at M = 17-32 (H200, M = 33, 48 and
-// 64), their mean. decode_nt4_grid_us was fitted to W4A16 calls.
-inline constexpr double kDecodeQuantMidMUs = 2.2;
+// The longest warps (chunks of 64 per warp) of a decode grid that keeps M = 33-64: at 2-4 the decode kernel measured
+// faster than the wgmma kernel on all eight one-wave layers of change 126 (H200, both semantics); at 5 slower on two
+// of four layers and mixed on a third (H100: 1280x2560 1.08-1.16x, 512x2560 1.05-1.07x, 2048x2560 0.93-1.08x,
+// 768x2304 0.97-0.98x), at 6-7 level or slower on all five measured (H200: 1024x3072, 1024x2816 1.11-1.19x; H100:
+// 2048x2816, 2048x3072 0.99-1.12x, 1536x3328 1.17-1.28x), where the estimates put it ahead on most of them.
+inline constexpr int64_t kDecodeTo64MaxChunksPerWarp = 4;
 // What a wgmma call of one 64-token tile takes beyond wgmma_call_us (launches, the permutation or quantization
 // kernel's own time, the tile's fill): 3.7-4.9 µs on change 124's eight layers at M = 32 for W4A16 (H100), 3.9-5.6
 // for W4A4 over the estimate without the permutation credit; their middle.

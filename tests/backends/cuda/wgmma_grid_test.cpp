@@ -71,18 +71,22 @@ TEST(CudaWgmmaGrid, WgmmaFromM17ByWeightCountOrEstimate) {
     EXPECT_EQ(decode_grid(64, 896 / 16, 896 / 64, 132, 13).wk, 4);
     EXPECT_NE(default_wgmma_from(s, 896, 896, 132), 65);
   }
-  // 1024x3072 and 1024x2816 (128 blocks of 6 chunks per warp at M = 64): W4A16 runs the wgmma kernel from 17; W4A4
-  // keeps the decode kernel to 32 (change 125: a tie there) but not above, where its decode calls measured 1.16-1.19x
-  // the wgmma kernel's time, the activations' quantization ahead of the kernel costing 2.4-2.6 µs more than W4A16's
-  // (kDecodeQuantMidMUs; the decode estimate alone puts the decode kernel 1.4-1.6 µs ahead).
-  for (auto [n, k] : {std::pair<int64_t, int64_t>{1024, 3072}, {1024, 2816}}) {
-    EXPECT_EQ(default_wgmma_from(Semantics::W4A16, n, k, 132), 17) << n << "x" << k;
-    EXPECT_EQ(default_wgmma_from(Semantics::W4A4, n, k, 132), 33) << n << "x" << k;
+  // Warps of more than 4 chunks keep the wgmma kernel at M = 33-64 where the decode estimate puts them ahead
+  // (kDecodeTo64MaxChunksPerWarp): 1024x3072 and 1024x2816 W4A4 (6 chunks; W4A16 runs the wgmma kernel from 17),
+  // 1280x2560 and 2048x2560 (5): W4A4 measured 1.00-1.19x the wgmma kernel's time on the decode kernel there
+  // (2048x2560 W4A16, also kept: 0.93-1.01x).
+  for (auto [n, k] : {std::pair<int64_t, int64_t>{1024, 3072}, {1024, 2816}, {1280, 2560}, {2048, 2560}}) {
     const int64_t kc = k / 64;
     const DecodeGrid g = decode_grid(64, n / 16, kc, 132, 13);
+    ASSERT_EQ(g.wk, 8);
+    EXPECT_GT(ceil_div(kc, int64_t{8}), kDecodeTo64MaxChunksPerWarp);
     const WgmmaGrid w = wgmma_grid(64, n, n / 16, kc, 132, false);
-    EXPECT_LT(decode_nt4_grid_us(g, kc), wgmma_call_us(64, n, n / 16, kc, 132, w.split, w.rows, false) + kWgmmaCallUs);
+    EXPECT_LT(decode_nt4_grid_us(g, kc), wgmma_call_us(64, n, n / 16, kc, 132, w.split, w.rows, false) + kWgmmaCallUs)
+        << n << "x" << k;
+    EXPECT_EQ(default_wgmma_from(Semantics::W4A4, n, k, 132), 33) << n << "x" << k;
   }
+  EXPECT_EQ(default_wgmma_from(Semantics::W4A16, 1024, 3072, 132), 17);
+  EXPECT_EQ(default_wgmma_from(Semantics::W4A16, 2048, 2560, 132), 33);
   // The estimates themselves: the decode kernel's waves (288 blocks on 264 slots: 2) x (2.9 + 0.87 x 7 chunks).
   const DecodeGrid g = decode_grid(32, 4608 / 16, 3584 / 64, 132, 13);
   ASSERT_EQ(g.blocks, 288);
