@@ -663,10 +663,13 @@ int64_t default_wgmma_from(Semantics s, int64_t n, int64_t k, int sms) {
   // M = 32, the wgmma kernel above). Over M = 17-32 and over M = 33-64 each kernel's grid is the same (the wgmma
   // kernel's one 64-token tile; the decode kernel's one or two token tile rows), so one estimate at M = 32 and one
   // at 64 decide: the wgmma kernel from 17 where it is estimated faster at 32 (docs/PERF.md, change 125), else the
-  // decode kernel up to 64 where it is estimated faster there too (change 126), else the wgmma kernel from 33.
+  // decode kernel up to 64 where it is estimated faster there too and its warps are short (change 126), else the
+  // wgmma kernel from 33.
   const int64_t n16 = ceil_div(n, int64_t{16}), kc = ceil_div(k, int64_t{64});
   const bool own = s == Semantics::W4A16;
-  auto fitted = [](const DecodeGrid& g) { return g.nt == 4 && g.nw == 1 && g.wk == 8 && !g.light && g.split_parts == 1; };
+  auto fitted = [](const DecodeGrid& g) {
+    return g.nt == 4 && g.nw == 1 && g.wk == 8 && !g.light && g.split_parts == 1;
+  };
   auto wgmma_us = [&](int64_t m) {
     const WgmmaGrid w = wgmma_grid(m, n, n16, kc, sms, own);
     return wgmma_call_us(m, n, n16, kc, sms, w.split, w.rows, own) + kWgmmaCallUs;
