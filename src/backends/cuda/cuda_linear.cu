@@ -675,10 +675,11 @@ int64_t default_wgmma_from(Semantics s, int64_t n, int64_t k, int sms) {
     return wgmma_call_us(m, n, n16, kc, sms, w.split, w.rows, own) + kWgmmaCallUs;
   };
   // Rule 13 stands for either default rule: 14 differs from it only at M <= 16.
-  const DecodeGrid g32 = decode_grid(32, n16, kc, sms, 13, detail::Mode::Exact, k % 64 != 0);
+  auto decode_at = [&](int64_t m) { return decode_grid(m, n16, kc, sms, 13, detail::Mode::Exact, k % 64 != 0); };
+  const DecodeGrid g32 = decode_at(32);
   if (!fitted(g32)) return 33;
   if (wgmma_us(32) < decode_nt4_grid_us(g32, kc)) return 17;
-  const DecodeGrid g64 = decode_grid(64, n16, kc, sms, 13, detail::Mode::Exact, k % 64 != 0);
+  const DecodeGrid g64 = decode_at(64);
   return fitted(g64) && ceil_div(kc, int64_t{g64.wk}) <= kDecodeTo64MaxChunksPerWarp &&
                  decode_nt4_grid_us(g64, kc) < wgmma_us(64)
              ? 65
