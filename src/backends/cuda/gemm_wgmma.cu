@@ -46,10 +46,6 @@ namespace nvfp4::cuda::detail {
 namespace {
 
 constexpr int kStages = 6;
-#ifndef NVFP4_WGMMA_ABUF3
-#define NVFP4_WGMMA_ABUF3 0
-#endif
-constexpr int kABuf3 = NVFP4_WGMMA_ABUF3;
 constexpr int kCodeBytes = kTileGroup * 32 * 16;   // one row block's codes of one chunk
 constexpr int kScaleBytes = kTileGroup * 32 * 2;   // and its scales
 // Warpgroups: the producer (0), with `raw` the permuter (1), then kCW consumer warpgroups (2: two row blocks each, or
@@ -395,88 +391,6 @@ __global__ void __launch_bounds__(threads(kCW, kRaw), 1) wgmma_gemm_kernel(const
     for (int i = 0; i < nc; ++i, cur = next(cur)) {
       chunk(cur, a0);
       wgmma_wait<0>();
-      release(cur);
-    }
-  } else if constexpr (kT == 64 && kCW != 4 && kABuf3 == 1) {
-    // Half h of chunk i reuses the A registers of half h of chunk i - 2: each half waits only for that half's
-    // MMAs (wgmma_wait<3>), so while chunk i is dequantized chunk i - 1 and half of chunk i - 2 are still queued;
-    // chunk i - 2's stage is released once its second half is done.
-    Pos w = cur;  // the next chunk to issue; cur: the oldest not yet released
-    auto chunk_after = [&](uint32_t (&a)[kB][4][4]) {  // chunk w, two chunks after cur
-      mbar_wait(full0 + 8 * w.s, w.parity);
-      const uint32_t st = sbase + w.s * kStage;
-      uint4 wv[kB];
-      uint32_t sv[kB];
-#pragma unroll
-      for (int b = 0; b < kB; ++b) {
-        wv[b] = lds128(st + codes_off + b * kCodeBytes);
-        sv[b] = lds16(st + scales_off + b * kScaleBytes);
-      }
-      uint32_t ws2[kB][2], wsx[kB][2];
-      scale_regs<T, kMode, kB>(sv, p.w_dec, ws2, wsx);
-      const uint64_t desc = smem_desc(st);
-#pragma unroll
-      for (int h = 0; h < 4; h += 2) {
-        wgmma_wait<3>();  // half h of chunk cur is done
-        if (h == 2) release(cur), cur = next(cur);
-#pragma unroll
-        for (int b = 0; b < kB; ++b) {
-          dequant_step<T, kMode>(h == 0 ? wv[b].x : wv[b].z, ws2[b], wsx[b], a[b][h]);
-          dequant_step<T, kMode>(h == 0 ? wv[b].y : wv[b].w, ws2[b], wsx[b], a[b][h + 1]);
-        }
-        wgmma_fence();
-#pragma unroll
-        for (int k = h; k < h + 2; ++k)
-#pragma unroll
-          for (int b = 0; b < kB; ++b) wgmma_m64k16<T, kT>(acc[b], a[b][k], desc + 2 * k);
-        wgmma_commit();
-      }
-      w = next(w);
-    };
-    // The first two chunks on one path (ptxas counts the commit groups in flight at each wait on every path).
-    if (nc == 1) {
-      chunk(w, a0);
-      wgmma_wait<0>();
-      release(cur);
-    } else if (nc > 1) {
-      chunk(w, a0), w = next(w);
-      chunk(w, a1), w = next(w);
-      for (int i = 2; i < nc; i += 2) {
-        chunk_after(a0);
-        if (i + 1 == nc) break;
-        chunk_after(a1);
-      }
-      wgmma_wait<0>();
-      release(cur), cur = next(cur);
-      release(cur);
-    }
-  } else if constexpr (kT == 64 && kCW != 4 && kABuf3 == 2) {
-    // Three A buffers: chunk i is dequantized while chunks i - 1 and i - 2 may still run (wgmma_wait<4> after
-    // each chunk), and chunk i - 2's stage is released after that wait.
-    uint32_t a2[kB][4][4];
-    Pos w = cur;
-    if (nc == 1) {
-      chunk(w, a0);
-      wgmma_wait<0>();
-      release(cur);
-    } else if (nc > 1) {
-      chunk(w, a0), w = next(w);
-      chunk(w, a1), w = next(w);
-      for (int i = 2; i < nc; i += 3) {
-        chunk(w, a2), w = next(w);
-        wgmma_wait<4>();
-        release(cur), cur = next(cur);
-        if (i + 1 == nc) break;
-        chunk(w, a0), w = next(w);
-        wgmma_wait<4>();
-        release(cur), cur = next(cur);
-        if (i + 2 == nc) break;
-        chunk(w, a1), w = next(w);
-        wgmma_wait<4>();
-        release(cur), cur = next(cur);
-      }
-      wgmma_wait<0>();
-      release(cur), cur = next(cur);
       release(cur);
     }
   } else {
