@@ -1,7 +1,7 @@
 # Compiles the Hopper GEMM (src/backends/cuda/gemm_wgmma.cu) for sm_90a with ptxas's report and fails where ptxas
 # says it serializes warpgroup MMAs ("wgmma.mma_async instructions are serialized", C7512 / C7513 / C7515): then
 # the asynchronous MMAs wait for each other and the kernel loses what they exist for, with no error and correct
-# results (a form with three A-fragment buffers that ptxas serialized ran 15-23% slower; docs/PERF.md, change 127).
+# results (a form with three A-fragment buffers that ptxas serialized ran 16-26% slower; docs/PERF.md, change 127).
 # Usage: cmake -DNVCC=<nvcc> -DSRC=<repo>/src -DOUT=<object file> [-DEXTRA=<flags;...>] -P ptxas_wgmma.cmake
 foreach(v NVCC SRC OUT)
   if(NOT DEFINED ${v})
