@@ -2,16 +2,48 @@
 # says it serializes warpgroup MMAs ("wgmma.mma_async instructions are serialized", C7512 / C7513 / C7515): then
 # the asynchronous MMAs wait for each other and the kernel loses what they exist for, with no error and correct
 # results (a form with three A-fragment buffers that ptxas serialized ran 16-26% slower; docs/PERF.md, change 127).
-# Usage: cmake -DNVCC=<nvcc> -DSRC=<repo>/src -DOUT=<object file> [-DEXTRA=<flags;...>] -P ptxas_wgmma.cmake
-foreach(v NVCC SRC OUT)
+# The command is the build's own for that file (compile_commands.json), with only the sm_90a image, `-Xptxas -v`,
+# no dependency file and its object written to OUT, so the flags checked are the flags built.
+# Usage: cmake -DBUILD=<build directory> -DOUT=<object file> [-DEXTRA=<flags;...>] -P ptxas_wgmma.cmake
+foreach(v BUILD OUT)
   if(NOT DEFINED ${v})
     message(FATAL_ERROR "ptxas_wgmma.cmake: -D${v}=... is required")
   endif()
 endforeach()
-execute_process(
-  COMMAND ${NVCC} -std=c++17 --expt-relaxed-constexpr -O3 -DNDEBUG -DNVFP4_HAVE_CUDA=1 -I${SRC} ${EXTRA}
-          -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -c ${SRC}/backends/cuda/gemm_wgmma.cu -o ${OUT}
-  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+set(db "${BUILD}/compile_commands.json")
+if(NOT EXISTS "${db}")
+  message(FATAL_ERROR "ptxas_wgmma: ${db} is missing (the build exports it: CMAKE_EXPORT_COMPILE_COMMANDS)")
+endif()
+file(READ "${db}" json)
+string(JSON count LENGTH "${json}")
+math(EXPR last "${count} - 1")
+unset(command)
+foreach(i RANGE ${last})
+  string(JSON file GET "${json}" ${i} file)
+  if(file MATCHES "backends/cuda/gemm_wgmma\\.cu$")
+    string(JSON command GET "${json}" ${i} command)
+    string(JSON dir GET "${json}" ${i} directory)
+    break()
+  endif()
+endforeach()
+if(NOT DEFINED command)
+  message(FATAL_ERROR "ptxas_wgmma: no compile command for gemm_wgmma.cu in ${db}")
+endif()
+separate_arguments(args UNIX_COMMAND "${command}")
+set(cmd "")
+set(skip 0)
+foreach(a IN LISTS args)
+  if(skip)
+    set(skip 0)
+  elseif(a STREQUAL "-o" OR a STREQUAL "-MT" OR a STREQUAL "-MF")
+    set(skip 1)
+  elseif(a MATCHES "^-gencode" OR a STREQUAL "-MD" OR a STREQUAL "-MMD")
+  else()
+    list(APPEND cmd "${a}")
+  endif()
+endforeach()
+execute_process(COMMAND ${cmd} ${EXTRA} -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -o ${OUT}
+                WORKING_DIRECTORY "${dir}" RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "ptxas_wgmma: nvcc failed (${rc}):\n${err}")
 endif()
