@@ -227,6 +227,9 @@ __global__ void __launch_bounds__(threads(kCW, kRaw), 1) wgmma_gemm_kernel(const
     const uint32_t tx = kCodeBytes + kScaleBytes + (b == 0 && !kRaw ? kXBytes : 0);
     const uint32_t wdst = base + kXBytes + b * kCodeBytes, sdst = base + kXBytes + kRB * kCodeBytes + b * kScaleBytes;
     auto weights = [&](int i, int s) {
+#ifdef NVFP4_PROBE_SAME_CHUNK
+      i = 0;  // measurement build only (wrong results): the weights from L2, as the decode kernel's probe
+#endif
       const uint32_t bar = full0 + 8 * s;
       bulk_copy(wdst + s * kStage, wq + static_cast<int64_t>(i) * kCodeBytes, kCodeBytes, bar, evict_first);
       bulk_copy(sdst + s * kStage, ws + static_cast<int64_t>(i) * kScaleBytes, kScaleBytes, bar, evict_first);

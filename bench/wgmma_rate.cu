@@ -1,0 +1,280 @@
+// bench_wgmma_rate: the on-chip ceiling of the wgmma kernel's consumers (gemm_wgmma.cu), with no memory traffic.
+// One block per SM; kW consumer warpgroups of kB row blocks each run the kernel's chunk loop on a stage ring that
+// is already in shared memory: per chunk and row block the lane's 16 bytes of codes and 2 bytes of scales
+// (shared loads), the scale registers, the four K steps' A fragments (the decode kernel's dequantization, exact
+// mode, bf16), and four m64nNk16 MMAs in two commit groups; two A buffers and wgmma_wait<2> as in the kernel (one
+// buffer and wgmma_wait<0> for kW = 4 at N = 128). Mode "mma" leaves the shared loads and the dequantization out
+// (the A registers stay as they are), so the two modes bound what the tensor pipe and the consumers' own
+// instructions allow per chunk. Prints, per form, the SM cycles per chunk (median block) against the tensor work
+// at 4096 dense bf16 flops per SM and cycle (N / 2 cycles per m64nNk16): a kernel whose chunk takes longer on
+// this bench than its tensor work is bound by its consumers, not its memory.
+//   bench_wgmma_rate [--iters N]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "backends/cuda/mma_frag.cuh"
+#include "backends/cuda/wgmma_ptx.cuh"
+
+using namespace nvfp4::cuda::detail;
+
+namespace {
+
+#define CK(x)                                                                                \
+  do {                                                                                       \
+    const cudaError_t e_ = (x);                                                              \
+    if (e_ != cudaSuccess) {                                                                 \
+      std::fprintf(stderr, "bench_wgmma_rate: %s: %s\n", #x, cudaGetErrorString(e_));       \
+      std::exit(1);                                                                          \
+    }                                                                                        \
+  } while (0)
+
+#ifdef NVFP4_WGMMA
+// D += A·B with both operands from shared memory (A: descriptor da, K-major, 128-byte swizzle).
+#define RATE_ACC8(o) \
+  "+f"(d[o]), "+f"(d[o + 1]), "+f"(d[o + 2]), "+f"(d[o + 3]), "+f"(d[o + 4]), "+f"(d[o + 5]), "+f"(d[o + 6]), \
+      "+f"(d[o + 7])
+#define RATE_ACC32(o) RATE_ACC8(o), RATE_ACC8(o + 8), RATE_ACC8(o + 16), RATE_ACC8(o + 24)
+__device__ __forceinline__ void wgmma_ss64(float (&d)[32], uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,"
+      "%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : RATE_ACC32(0)
+      : "l"(da), "l"(db));
+}
+__device__ __forceinline__ void wgmma_ss128(float (&d)[64], uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,"
+      "%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,"
+      "%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : RATE_ACC32(0), RATE_ACC32(32)
+      : "l"(da), "l"(db));
+}
+template <int kN>
+__device__ __forceinline__ void wgmma_ss(float (&d)[kN / 2], uint64_t da, uint64_t db) {
+  if constexpr (kN == 64) wgmma_ss64(d, da, db);
+  else wgmma_ss128(d, da, db);
+}
+// m64n8k16 with A from registers: an eighth of the m64n64k16's tensor work, for the consumers' cost without it.
+__device__ __forceinline__ void wgmma_rs8(float (&d)[4], const uint32_t (&a)[4], uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 "
+      "{%0,%1,%2,%3}, {%4,%5,%6,%7}, %8, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+// The bench's RS MMA of N tokens.
+template <int kN>
+__device__ __forceinline__ void wgmma_rs(float (&d)[kN / 2], const uint32_t (&a)[4], uint64_t db) {
+  if constexpr (kN == 8) wgmma_rs8(d, a, db);
+  else wgmma_m64k16<__nv_bfloat16, kN>(d, a, db);
+}
+#endif
+
+// The forms: the kernel's chunk (dequantization, then two commit groups of two K steps); the same MMAs alone in
+// two groups, or in one; the same MMAs with A from shared memory too (one group).
+enum { kDeqMma = 0, kMma2 = 1, kMma1 = 2, kSs1 = 3 };
+const char* const kFormName[] = {"dequant + mma (the kernel's)", "mma, 2 groups", "mma, 1 group", "mma A from smem"};
+
+constexpr int kStages = 6;
+constexpr int kCode = 4 * 32 * 16, kScale = 4 * 32 * 2;  // one row block's codes and scales of one chunk
+constexpr int stage_bytes(int n, int rb) { return (n * 128 + rb * (kCode + kScale) + 1023) / 1024 * 1024; }
+constexpr int smem_bytes(int n, int rb) { return 1024 + kStages * stage_bytes(n, rb); }
+
+template <int kN, int kW, int kB, int kForm>
+__global__ void __launch_bounds__(128 * kW, 1) rate_kernel(int chunks, float* sink, long long* cycles) {
+#ifdef NVFP4_WGMMA
+  using T = __nv_bfloat16;
+  constexpr int kRB = kW * kB, kStage = stage_bytes(kN, kRB), kAcc = kN / 2;
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t raw = smem_addr(smem_raw), base = (raw + 1023) & ~1023u;
+  uint8_t* const ring = smem_raw + (base - raw);
+  // Activations: small bf16 values; codes and scales: any bytes with scales below e4m3's NaN.
+  for (int i = threadIdx.x; i < kStages * kStage / 4; i += blockDim.x) {
+    const uint32_t h = (static_cast<uint32_t>(i) * 2654435761u) ^ (i >> 7);
+    const int off = (i * 4) % kStage;
+    uint32_t v = h;
+    if (off < kN * 128) v = (h & 0x807F807Fu) | 0x3C003C00u;          // |x| in [2^-7, 2^-6)
+    else if (off >= kN * 128 + kRB * kCode) v = h & 0x3F3F3F3Fu;      // scale bytes < 0x40
+    reinterpret_cast<uint32_t*>(ring)[i] = v;
+  }
+  __syncthreads();
+  const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, w4 = (tid >> 5) & 3;
+  float acc[kB][kAcc];
+#pragma unroll
+  for (int b = 0; b < kB; ++b)
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) acc[b][i] = 0.0f;
+  uint32_t a0[kB][4][4], a1[kB][4][4];
+#pragma unroll
+  for (int b = 0; b < kB; ++b)
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) a0[b][k][r] = a1[b][k][r] = 0x3C003C00u + 65u * (tid + 7 * k + r);
+  uint32_t sbase = base;
+  asm volatile("" : "+r"(sbase));
+  const uint32_t codes_off = kN * 128 + (kB * wg) * kCode + (w4 * 32 + lane) * 16;
+  const uint32_t scales_off = kN * 128 + kRB * kCode + (kB * wg) * kScale + (w4 * 32 + lane) * 2;
+  auto chunk = [&](int s, uint32_t(&a)[kB][4][4]) {
+    const uint32_t st = sbase + s * kStage;
+    if constexpr (kForm == kDeqMma) {
+      uint4 wv[kB];
+      uint32_t sv[kB];
+#pragma unroll
+      for (int b = 0; b < kB; ++b) {
+        wv[b] = lds128(st + codes_off + b * kCode);
+        sv[b] = lds16(st + scales_off + b * kScale);
+      }
+      uint32_t ws2[kB][2], wsx[kB][2];
+      scale_regs<T, 0, kB>(sv, 1.0f, ws2, wsx);
+#pragma unroll
+      for (int h = 0; h < 4; h += 2) {
+#pragma unroll
+        for (int b = 0; b < kB; ++b) {
+          dequant_step<T, 0>(h == 0 ? wv[b].x : wv[b].z, ws2[b], wsx[b], a[b][h]);
+          dequant_step<T, 0>(h == 0 ? wv[b].y : wv[b].w, ws2[b], wsx[b], a[b][h + 1]);
+        }
+        wgmma_fence();
+#pragma unroll
+        for (int k = h; k < h + 2; ++k)
+#pragma unroll
+          for (int b = 0; b < kB; ++b) wgmma_rs<kN>(acc[b], a[b][k], smem_desc(st) + 2 * k);
+        wgmma_commit();
+      }
+    } else if constexpr (kForm == kMma2) {
+#pragma unroll
+      for (int h = 0; h < 4; h += 2) {
+        wgmma_fence();
+#pragma unroll
+        for (int k = h; k < h + 2; ++k)
+#pragma unroll
+          for (int b = 0; b < kB; ++b) wgmma_rs<kN>(acc[b], a[b][k], smem_desc(st) + 2 * k);
+        wgmma_commit();
+      }
+    } else if constexpr (kForm == kMma1) {
+      wgmma_fence();
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+#pragma unroll
+        for (int b = 0; b < kB; ++b) wgmma_rs<kN>(acc[b], a[b][k], smem_desc(st) + 2 * k);
+      wgmma_commit();
+      wgmma_commit();  // empty: two groups per chunk, as the others
+    } else {
+      wgmma_fence();
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+#pragma unroll
+        for (int b = 0; b < kB; ++b) wgmma_ss<kN>(acc[b], smem_desc(st) + 2 * k, smem_desc(st) + 2 * k);
+      wgmma_commit();
+      wgmma_commit();
+    }
+  };
+  __syncthreads();
+  const long long t0 = clock64();
+  if constexpr (kN == 128 && kW == 4) {
+    for (int i = 0, s = 0; i < chunks; ++i) {
+      chunk(s, a0);
+      wgmma_wait<0>();
+      if (++s == kStages) s = 0;
+    }
+  } else {
+    int s = 0;
+    chunk(s, a0);
+    for (int i = 1; i < chunks; i += 2) {
+      if (++s == kStages) s = 0;
+      chunk(s, a1);
+      wgmma_wait<2>();
+      if (i + 1 == chunks) break;
+      if (++s == kStages) s = 0;
+      chunk(s, a0);
+      wgmma_wait<2>();
+    }
+    wgmma_wait<0>();
+  }
+#pragma unroll
+  for (int b = 0; b < kB; ++b) fence_acc(acc[b]);
+  __syncthreads();
+  const long long t1 = clock64();
+  float sum = 0.0f;
+#pragma unroll
+  for (int b = 0; b < kB; ++b)
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) sum += acc[b][i];
+  if (sum == 12345.0f) sink[blockIdx.x] = sum;  // keeps the MMAs
+  if (tid == 0) cycles[blockIdx.x] = t1 - t0;
+#endif
+}
+
+template <int kN, int kW, int kB, int kForm>
+void run(int sms, int chunks, float* sink, long long* dcyc) {
+  constexpr auto kernel = rate_kernel<kN, kW, kB, kForm>;
+  constexpr int smem = smem_bytes(kN, kW * kB);
+  CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  std::vector<long long> cyc(sms);
+  double best = 1e30;
+  for (int rep = 0; rep < 3; ++rep) {  // the median block of the fastest of three launches
+    kernel<<<sms, 128 * kW, smem>>>(chunks, sink, dcyc);
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(cyc.data(), dcyc, sms * sizeof(long long), cudaMemcpyDeviceToHost));
+    std::sort(cyc.begin(), cyc.end());
+    best = std::min(best, static_cast<double>(cyc[sms / 2]) / chunks);
+  }
+  const double tensor = 4.0 * kW * kB * (kN / 2);  // cycles of tensor work per chunk
+  std::printf("| %d | %d | %d | %d | %s | %.0f | %.0f | %.2f |\n", kN, kW * kB * 64, kW, kB, kFormName[kForm],
+              best, tensor, best / tensor);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int chunks = 4096;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) chunks = std::max(2, std::atoi(argv[++i]));
+    else {
+      std::fprintf(stderr, "usage: bench_wgmma_rate [--iters N]\n");
+      return 2;
+    }
+  }
+  cudaDeviceProp prop{};
+  CK(cudaGetDeviceProperties(&prop, 0));
+  if (prop.major != 9 || prop.minor != 0) {
+    std::fprintf(stderr, "bench_wgmma_rate: needs an sm_90 GPU, found sm_%d%d\n", prop.major, prop.minor);
+    return 1;
+  }
+  float* sink = nullptr;
+  long long* dcyc = nullptr;
+  CK(cudaMalloc(&sink, prop.multiProcessorCount * sizeof(float)));
+  CK(cudaMalloc(&dcyc, prop.multiProcessorCount * sizeof(long long)));
+  std::printf("%s, %d SMs, %d chunks per block\n\n", prop.name, prop.multiProcessorCount, chunks);
+  std::printf("| N (tokens) | rows | warpgroups | row blocks each | mode | cycles per chunk | tensor cycles | ratio |\n");
+  std::printf("|---:|---:|---:|---:|---|---:|---:|---:|\n");
+  const int sms = prop.multiProcessorCount;
+#define FORMS(N, W, B)                       \
+  run<N, W, B, kDeqMma>(sms, chunks, sink, dcyc); \
+  run<N, W, B, kMma2>(sms, chunks, sink, dcyc);   \
+  run<N, W, B, kMma1>(sms, chunks, sink, dcyc);   \
+  run<N, W, B, kSs1>(sms, chunks, sink, dcyc)
+  run<8, 4, 1, kDeqMma>(sms, chunks, sink, dcyc);
+  run<8, 2, 2, kDeqMma>(sms, chunks, sink, dcyc);
+  FORMS(64, 4, 1);
+  FORMS(64, 2, 2);
+  FORMS(64, 3, 1);
+  FORMS(64, 2, 1);
+  FORMS(64, 1, 2);
+  FORMS(128, 4, 1);
+  FORMS(128, 2, 2);
+  FORMS(128, 3, 1);
+  FORMS(128, 2, 1);
+#undef FORMS
+  cudaFree(sink);
+  cudaFree(dcyc);
+  return 0;
+}
