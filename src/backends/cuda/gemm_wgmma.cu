@@ -339,11 +339,6 @@ __global__ void __launch_bounds__(threads(kCW, kRaw), 1) wgmma_gemm_kernel(const
   // bytes further; docs/PERF.md, change 72).
   uint32_t sbase = base;
   asm volatile("" : "+r"(sbase));  // kept in a register, not recomputed from the shared window each chunk
-  // Stage s's descriptor: stage 0's plus its offset in 16-byte units (the address field is addr >> 4 and the
-  // ring lies far below the field's 256 KB, so the offset never carries into the other fields).
-  static_assert(smem_bytes(kT, kRB, kRaw) <= (1 << 18), "the descriptor offsets assume a ring below 256 KB");
-  uint64_t desc0 = smem_desc(sbase);
-  asm volatile("" : "+l"(desc0));
   const uint32_t codes_off = kXBytes + (kB * wg) * kCodeBytes + (w4 * 32 + lane) * 16;
   const uint32_t scales_off = kXBytes + kRB * kCodeBytes + (kB * wg) * kScaleBytes + (w4 * 32 + lane) * 2;
   struct Pos {
@@ -370,7 +365,7 @@ __global__ void __launch_bounds__(threads(kCW, kRaw), 1) wgmma_gemm_kernel(const
     }
     uint32_t ws2[kB][2], wsx[kB][2];
     scale_regs<T, kMode, kB>(sv, p.w_dec, ws2, wsx);
-    const uint64_t desc = desc0 + static_cast<uint32_t>(q.s * (kStage >> 4));
+    const uint64_t desc = smem_desc(st);
     auto half = [&](auto first) {  // K steps h and h + 1
       constexpr int h = decltype(first)::value;
 #pragma unroll
@@ -402,37 +397,22 @@ __global__ void __launch_bounds__(threads(kCW, kRaw), 1) wgmma_gemm_kernel(const
       release(cur);
     }
   } else {
-    // The loop unrolled over a round of the ring: each chunk's stage is a constant, so its shared-memory
-    // addresses, barrier and descriptors are immediates off the pinned base instead of per-chunk arithmetic.
-    // Chunk r + s is in stage s % kStages (r: a multiple of kStages, which is even, so A buffer s % 2 as above).
-    // Whole rounds first, then the last chunks, all after the first chunk (ptxas serializes the MMAs where the
-    // paths into a wait differ in their pending groups).
-    static_assert(kStages % 2 == 0, "the A buffers alternate with the chunk index");
-    uint32_t par = 0;  // parity of stages 0 .. kStages - 1 in the round of chunks r .. r + kStages - 1
-    auto step = [&](int s) {  // chunk r + s (1 <= s <= kStages), then the release of chunk r + s - 1
-      const Pos q{s % kStages, s == kStages ? par ^ 1u : par};
-      if (s & 1)
-        chunk(q, a1);
-      else
-        chunk(q, a0);
+    if (nc > 0) chunk(cur, a0);
+    for (int i = 1; i < nc; i += 2) {
+      const Pos q1 = next(cur);
+      chunk(q1, a1);
       wgmma_wait<2>();
-      release(Pos{s - 1, 0u});
-    };
-    if (nc > 0) {
-      chunk(Pos{0, 0u}, a0);
-      int r = 0;
-      for (; r + kStages < nc; r += kStages, par ^= 1u) {
-#pragma unroll
-        for (int s = 1; s <= kStages; ++s) step(s);
-      }
-#pragma unroll
-      for (int s = 1; s < kStages; ++s) {
-        if (r + s >= nc) break;
-        step(s);
-      }
-      wgmma_wait<0>();
-      release(Pos{(nc - 1) % kStages, 0u});
+      release(cur);
+      cur = q1;
+      if (i + 1 == nc) break;
+      const Pos q2 = next(cur);
+      chunk(q2, a0);
+      wgmma_wait<2>();
+      release(cur);
+      cur = q2;
     }
+    wgmma_wait<0>();
+    if (nc > 0) release(cur);
   }
 #pragma unroll
   for (int b = 0; b < kB; ++b) fence_acc(acc[b]);
