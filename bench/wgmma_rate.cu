@@ -1,13 +1,14 @@
 // bench_wgmma_rate: the on-chip ceiling of the wgmma kernel's consumers (gemm_wgmma.cu), with no memory traffic.
 // One block per SM; kW consumer warpgroups of kB row blocks each run the kernel's chunk loop on a stage ring that
-// is already in shared memory: per chunk and row block the lane's 16 bytes of codes and 2 bytes of scales
-// (shared loads), the scale registers, the four K steps' A fragments (the decode kernel's dequantization, exact
-// mode, bf16), and four m64nNk16 MMAs in two commit groups; two A buffers and wgmma_wait<2> as in the kernel (one
-// buffer and wgmma_wait<0> for kW = 4 at N = 128). Mode "mma" leaves the shared loads and the dequantization out
-// (the A registers stay as they are), so the two modes bound what the tensor pipe and the consumers' own
-// instructions allow per chunk. Prints, per form, the SM cycles per chunk (median block) against the tensor work
-// at 4096 dense bf16 flops per SM and cycle (N / 2 cycles per m64nNk16): a kernel whose chunk takes longer on
-// this bench than its tensor work is bound by its consumers, not its memory.
+// is already in shared memory. Forms: the kernel's chunk (per row block the lane's 16 bytes of codes and 2 bytes
+// of scales from shared memory, the scale registers, the four K steps' A fragments by the decode kernel's
+// dequantization, exact mode, bf16, and four m64nNk16 MMAs in two commit groups; two A buffers and wgmma_wait<2>
+// as in the kernel, one buffer and wgmma_wait<0> for kW = 4 at N = 128); the same MMAs alone in two commit groups
+// or in one; the MMAs with A from shared memory too; and the kernel's chunk at N = 8 (an eighth of the tensor work:
+// about the dequantization's own cost). Prints, per form, the SM cycles per chunk (the median block of the fastest
+// of three launches) against the tensor work at 4096 dense bf16 flops per SM and cycle (N / 2 cycles per
+// m64nNk16): where the kernel's chunk takes longer here than its tensor work, its consumers, not its memory, set
+// that much of its time (docs/PERF.md, change 128).
 //   bench_wgmma_rate [--iters N]
 #include <cuda_runtime.h>
 
