@@ -62,20 +62,6 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[kN / 2], uint64_t da, uint64
   if constexpr (kN == 64) wgmma_ss64(d, da, db);
   else wgmma_ss128(d, da, db);
 }
-// m64n8k16 with A from registers: an eighth of the m64n64k16's tensor work, for the consumers' cost without it.
-__device__ __forceinline__ void wgmma_rs8(float (&d)[4], const uint32_t (&a)[4], uint64_t db) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 "
-      "{%0,%1,%2,%3}, {%4,%5,%6,%7}, %8, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
-}
-// The bench's RS MMA of N tokens.
-template <int kN>
-__device__ __forceinline__ void wgmma_rs(float (&d)[kN / 2], const uint32_t (&a)[4], uint64_t db) {
-  if constexpr (kN == 8) wgmma_rs8(d, a, db);
-  else wgmma_m64k16<__nv_bfloat16, kN>(d, a, db);
-}
 #endif
 
 // The forms: the kernel's chunk (dequantization, then two commit groups of two K steps); the same MMAs alone in
@@ -84,8 +70,9 @@ enum { kDeqMma = 0, kMma2 = 1, kMma1 = 2, kSs1 = 3 };
 const char* const kFormName[] = {"dequant + mma (the kernel's)", "mma, 2 groups", "mma, 1 group", "mma A from smem"};
 
 constexpr int kStages = 6;
-constexpr int kCode = 4 * 32 * 16, kScale = 4 * 32 * 2;  // one row block's codes and scales of one chunk
-constexpr int stage_bytes(int n, int rb) { return (n * 128 + rb * (kCode + kScale) + 1023) / 1024 * 1024; }
+constexpr int stage_bytes(int n, int rb) {
+  return (n * 128 + rb * (kWgmmaCodeBytes + kWgmmaScaleBytes) + 1023) / 1024 * 1024;
+}
 constexpr int smem_bytes(int n, int rb) { return 1024 + kStages * stage_bytes(n, rb); }
 
 template <int kN, int kW, int kB, int kForm>
@@ -102,7 +89,7 @@ __global__ void __launch_bounds__(128 * kW, 1) rate_kernel(int chunks, float* si
     const int off = (i * 4) % kStage;
     uint32_t v = h;
     if (off < kN * 128) v = (h & 0x807F807Fu) | 0x3C003C00u;          // |x| in [2^-7, 2^-6)
-    else if (off >= kN * 128 + kRB * kCode) v = h & 0x3F3F3F3Fu;      // scale bytes < 0x40
+    else if (off >= kN * 128 + kRB * kWgmmaCodeBytes) v = h & 0x3F3F3F3Fu;      // scale bytes < 0x40
     reinterpret_cast<uint32_t*>(ring)[i] = v;
   }
   __syncthreads();
@@ -121,58 +108,34 @@ __global__ void __launch_bounds__(128 * kW, 1) rate_kernel(int chunks, float* si
       for (int r = 0; r < 4; ++r) a0[b][k][r] = a1[b][k][r] = 0x3C003C00u + 65u * (tid + 7 * k + r);
   uint32_t sbase = base;
   asm volatile("" : "+r"(sbase));
-  const uint32_t codes_off = kN * 128 + (kB * wg) * kCode + (w4 * 32 + lane) * 16;
-  const uint32_t scales_off = kN * 128 + kRB * kCode + (kB * wg) * kScale + (w4 * 32 + lane) * 2;
-  auto chunk = [&](int s, uint32_t(&a)[kB][4][4]) {
-    const uint32_t st = sbase + s * kStage;
-    if constexpr (kForm == kDeqMma) {
-      uint4 wv[kB];
-      uint32_t sv[kB];
+  const uint32_t codes_off = kN * 128 + (kB * wg) * kWgmmaCodeBytes + (w4 * 32 + lane) * 16;
+  const uint32_t scales_off = kN * 128 + kRB * kWgmmaCodeBytes + (kB * wg) * kWgmmaScaleBytes + (w4 * 32 + lane) * 2;
+  // The MMAs of K steps k0 .. k1 - 1 of every row block (A from registers, or from shared memory too).
+  auto mmas = [&](uint32_t st, uint32_t(&a)[kB][4][4], int k0, int k1) {
+#pragma unroll
+    for (int k = k0; k < k1; ++k)
 #pragma unroll
       for (int b = 0; b < kB; ++b) {
-        wv[b] = lds128(st + codes_off + b * kCode);
-        sv[b] = lds16(st + scales_off + b * kScale);
+        if constexpr (kForm == kSs1)
+          wgmma_ss<kN>(acc[b], smem_desc(st) + 2 * k, smem_desc(st) + 2 * k);
+        else
+          wgmma_m64k16<T, kN>(acc[b], a[b][k], smem_desc(st) + 2 * k);
       }
-      uint32_t ws2[kB][2], wsx[kB][2];
-      scale_regs<T, 0, kB>(sv, 1.0f, ws2, wsx);
-#pragma unroll
-      for (int h = 0; h < 4; h += 2) {
-#pragma unroll
-        for (int b = 0; b < kB; ++b) {
-          dequant_step<T, 0>(h == 0 ? wv[b].x : wv[b].z, ws2[b], wsx[b], a[b][h]);
-          dequant_step<T, 0>(h == 0 ? wv[b].y : wv[b].w, ws2[b], wsx[b], a[b][h + 1]);
-        }
-        wgmma_fence();
-#pragma unroll
-        for (int k = h; k < h + 2; ++k)
-#pragma unroll
-          for (int b = 0; b < kB; ++b) wgmma_rs<kN>(acc[b], a[b][k], smem_desc(st) + 2 * k);
-        wgmma_commit();
-      }
+  };
+  auto chunk = [&](int s, uint32_t(&a)[kB][4][4]) {  // two commit groups in every form
+    const uint32_t st = sbase + s * kStage;
+    if constexpr (kForm == kDeqMma) {
+      wgmma_chunk<T, 0, kN, kB>(st, codes_off, scales_off, 1.0f, acc, a);
     } else if constexpr (kForm == kMma2) {
 #pragma unroll
       for (int h = 0; h < 4; h += 2) {
         wgmma_fence();
-#pragma unroll
-        for (int k = h; k < h + 2; ++k)
-#pragma unroll
-          for (int b = 0; b < kB; ++b) wgmma_rs<kN>(acc[b], a[b][k], smem_desc(st) + 2 * k);
+        mmas(st, a, h, h + 2);
         wgmma_commit();
       }
-    } else if constexpr (kForm == kMma1) {
+    } else {  // kMma1, kSs1: one group, then an empty one
       wgmma_fence();
-#pragma unroll
-      for (int k = 0; k < 4; ++k)
-#pragma unroll
-        for (int b = 0; b < kB; ++b) wgmma_rs<kN>(acc[b], a[b][k], smem_desc(st) + 2 * k);
-      wgmma_commit();
-      wgmma_commit();  // empty: two groups per chunk, as the others
-    } else {
-      wgmma_fence();
-#pragma unroll
-      for (int k = 0; k < 4; ++k)
-#pragma unroll
-        for (int b = 0; b < kB; ++b) wgmma_ss<kN>(acc[b], smem_desc(st) + 2 * k, smem_desc(st) + 2 * k);
+      mmas(st, a, 0, 4);
       wgmma_commit();
       wgmma_commit();
     }
@@ -255,7 +218,8 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&sink, prop.multiProcessorCount * sizeof(float)));
   CK(cudaMalloc(&dcyc, prop.multiProcessorCount * sizeof(long long)));
   std::printf("%s, %d SMs, %d chunks per block\n\n", prop.name, prop.multiProcessorCount, chunks);
-  std::printf("| N (tokens) | rows | warpgroups | row blocks each | mode | cycles per chunk | tensor cycles | ratio |\n");
+  std::printf("| N (tokens) | rows | warpgroups | row blocks each | mode | cycles per chunk | tensor cycles | "
+              "ratio |\n");
   std::printf("|---:|---:|---:|---:|---|---:|---:|---:|\n");
   const int sms = prop.multiProcessorCount;
 #define FORMS(N, W, B)                       \

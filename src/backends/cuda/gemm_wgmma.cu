@@ -46,8 +46,6 @@ namespace nvfp4::cuda::detail {
 namespace {
 
 constexpr int kStages = 6;
-constexpr int kCodeBytes = kTileGroup * 32 * 16;   // one row block's codes of one chunk
-constexpr int kScaleBytes = kTileGroup * 32 * 2;   // and its scales
 // Warpgroups: the producer (0), with `raw` the permuter (1), then kCW consumer warpgroups (2: two row blocks each, or
 // one each in blocks of 128 rows; 3 and 4: one each).
 constexpr int first_consumer_wg(bool raw) { return raw ? 2 : 1; }
@@ -96,7 +94,9 @@ constexpr bool unit_word_group() {
 static_assert(unit_word_group(), "permute_tiles_kernel's groups must be the units' words");
 // One stage: the activation tile, then kRB row blocks' codes and scales, padded to 1024 bytes (each stage's
 // activation tile must stay 1024-byte aligned for the 128-byte swizzle).
-constexpr int stage_bytes(int kt, int rb) { return (kt * 128 + rb * (kCodeBytes + kScaleBytes) + 1023) / 1024 * 1024; }
+constexpr int stage_bytes(int kt, int rb) {
+  return (kt * 128 + rb * (kWgmmaCodeBytes + kWgmmaScaleBytes) + 1023) / 1024 * 1024;
+}
 // The permuter's staging ring (kRaw): kXSlots chunks of the 64-token tile, each thread's 16-byte copies of a chunk
 // in its own four units of the slot, so that kXSlots chunks are in flight without registers.
 constexpr int kXSlots = 4;
@@ -204,12 +204,12 @@ __global__ void __launch_bounds__(threads(kCW, kRaw), 1) wgmma_gemm_kernel(const
   // Row blocks past the weight get zero codes and scales in every stage and are never copied: their MMAs add
   // zeros to accumulator rows that are not stored.
   if (live < kRB) {
-    const int cu = (kRB - live) * kCodeBytes / 16, su = (kRB - live) * kScaleBytes / 16;
+    const int cu = (kRB - live) * kWgmmaCodeBytes / 16, su = (kRB - live) * kWgmmaScaleBytes / 16;
     for (int i = tid; i < kStages * (cu + su); i += kThreads) {
       const int s = i / (cu + su), j = i % (cu + su);
       uint8_t* w = ring + s * kStage + kXBytes;
-      uint4* d = j < cu ? reinterpret_cast<uint4*>(w + live * kCodeBytes) + j
-                        : reinterpret_cast<uint4*>(w + kRB * kCodeBytes + live * kScaleBytes) + (j - cu);
+      uint4* d = j < cu ? reinterpret_cast<uint4*>(w + live * kWgmmaCodeBytes) + j
+                        : reinterpret_cast<uint4*>(w + kRB * kWgmmaCodeBytes + live * kWgmmaScaleBytes) + (j - cu);
       *d = make_uint4(0, 0, 0, 0);
     }
   }
@@ -221,18 +221,19 @@ __global__ void __launch_bounds__(threads(kCW, kRaw), 1) wgmma_gemm_kernel(const
     const int b = warp;
     const uint64_t evict_first = l2_evict_first();
     const int64_t blk0 = (g0 + b) * p.kc + c0;  // (tile group, chunk) of this warp's first chunk
-    const uint8_t* wq = reinterpret_cast<const uint8_t*>(p.wq) + blk0 * kCodeBytes;
-    const uint8_t* ws = reinterpret_cast<const uint8_t*>(p.ws) + blk0 * kScaleBytes;
+    const uint8_t* wq = reinterpret_cast<const uint8_t*>(p.wq) + blk0 * kWgmmaCodeBytes;
+    const uint8_t* ws = reinterpret_cast<const uint8_t*>(p.ws) + blk0 * kWgmmaScaleBytes;
     const uint8_t* xt = static_cast<const uint8_t*>(p.x) + (static_cast<int64_t>(blockIdx.x) * p.kc + c0) * kXBytes;
-    const uint32_t tx = kCodeBytes + kScaleBytes + (b == 0 && !kRaw ? kXBytes : 0);
-    const uint32_t wdst = base + kXBytes + b * kCodeBytes, sdst = base + kXBytes + kRB * kCodeBytes + b * kScaleBytes;
+    const uint32_t tx = kWgmmaCodeBytes + kWgmmaScaleBytes + (b == 0 && !kRaw ? kXBytes : 0);
+    const uint32_t wdst = base + kXBytes + b * kWgmmaCodeBytes;
+    const uint32_t sdst = base + kXBytes + kRB * kWgmmaCodeBytes + b * kWgmmaScaleBytes;
     auto weights = [&](int i, int s) {
 #ifdef NVFP4_PROBE_SAME_CHUNK
       i = 0;  // measurement build only (wrong results): the weights from L2, as the decode kernel's probe
 #endif
       const uint32_t bar = full0 + 8 * s;
-      bulk_copy(wdst + s * kStage, wq + static_cast<int64_t>(i) * kCodeBytes, kCodeBytes, bar, evict_first);
-      bulk_copy(sdst + s * kStage, ws + static_cast<int64_t>(i) * kScaleBytes, kScaleBytes, bar, evict_first);
+      bulk_copy(wdst + s * kStage, wq + static_cast<int64_t>(i) * kWgmmaCodeBytes, kWgmmaCodeBytes, bar, evict_first);
+      bulk_copy(sdst + s * kStage, ws + static_cast<int64_t>(i) * kWgmmaScaleBytes, kWgmmaScaleBytes, bar, evict_first);
     };
     auto activations = [&](int i, int s) {
       bulk_copy(base + s * kStage, xt + static_cast<int64_t>(i) * kXBytes, kXBytes, full0 + 8 * s);
@@ -339,8 +340,8 @@ __global__ void __launch_bounds__(threads(kCW, kRaw), 1) wgmma_gemm_kernel(const
   // bytes further; docs/PERF.md, change 72).
   uint32_t sbase = base;
   asm volatile("" : "+r"(sbase));  // kept in a register, not recomputed from the shared window each chunk
-  const uint32_t codes_off = kXBytes + (kB * wg) * kCodeBytes + (w4 * 32 + lane) * 16;
-  const uint32_t scales_off = kXBytes + kRB * kCodeBytes + (kB * wg) * kScaleBytes + (w4 * 32 + lane) * 2;
+  const uint32_t codes_off = kXBytes + (kB * wg) * kWgmmaCodeBytes + (w4 * 32 + lane) * 16;
+  const uint32_t scales_off = kXBytes + kRB * kWgmmaCodeBytes + (kB * wg) * kWgmmaScaleBytes + (w4 * 32 + lane) * 2;
   struct Pos {
     int s;
     uint32_t parity;
@@ -349,39 +350,11 @@ __global__ void __launch_bounds__(threads(kCW, kRaw), 1) wgmma_gemm_kernel(const
   // Two A-fragment buffers: chunk i + 1 is dequantized while chunk i's MMAs run, and a stage is released once the
   // MMAs of the chunk after it have been issued (wgmma_wait<2>: at most that chunk's two groups still in flight).
   uint32_t a0[kB][4][4], a1[kB][4][4];  // a1: not used by the one-buffer loop below
-  // One chunk: its stage's codes and scales, then the A fragments of K steps 0-1 and their MMAs, then those of
-  // steps 2-3, so that the tensor cores get the first half of a chunk's MMAs while its second half is still being
-  // dequantized. Each half is a commit group of its own (a register fence before it: its MMAs read A registers
-  // written since the last one), so a chunk is two groups.
+  // One chunk: wait for its stage, then wgmma_chunk (two commit groups).
   auto chunk = [&](Pos q, uint32_t (&a)[kB][4][4]) {
     mbar_wait(full0 + 8 * q.s, q.parity);
     const uint32_t st = sbase + q.s * kStage;
-    uint4 wv[kB];
-    uint32_t sv[kB];
-#pragma unroll
-    for (int b = 0; b < kB; ++b) {
-      wv[b] = lds128(st + codes_off + b * kCodeBytes);
-      sv[b] = lds16(st + scales_off + b * kScaleBytes);
-    }
-    uint32_t ws2[kB][2], wsx[kB][2];
-    scale_regs<T, kMode, kB>(sv, p.w_dec, ws2, wsx);
-    const uint64_t desc = smem_desc(st);
-    auto half = [&](auto first) {  // K steps h and h + 1
-      constexpr int h = decltype(first)::value;
-#pragma unroll
-      for (int b = 0; b < kB; ++b) {
-        dequant_step<T, kMode>(h == 0 ? wv[b].x : wv[b].z, ws2[b], wsx[b], a[b][h]);
-        dequant_step<T, kMode>(h == 0 ? wv[b].y : wv[b].w, ws2[b], wsx[b], a[b][h + 1]);
-      }
-      wgmma_fence();
-#pragma unroll
-      for (int k = h; k < h + 2; ++k)
-#pragma unroll
-        for (int b = 0; b < kB; ++b) wgmma_m64k16<T, kT>(acc[b], a[b][k], desc + 2 * k);
-      wgmma_commit();
-    };
-    half(std::integral_constant<int, 0>{});
-    half(std::integral_constant<int, 2>{});
+    wgmma_chunk<T, kMode, kT, kB>(st, codes_off, scales_off, p.w_dec, acc, a);
   };
   auto release = [&](Pos q) {
     __syncwarp();

@@ -1,5 +1,6 @@
 // PTX wrappers of the Hopper (sm_90a) GEMM kernel (gemm_wgmma.cu): bulk copies, mbarriers, named barriers,
-// register budgets, shared-memory matrix descriptors and warpgroup MMAs.
+// register budgets, shared-memory matrix descriptors and warpgroup MMAs; and the kernel's consumer step on one K
+// chunk (wgmma_chunk), which bench/wgmma_rate.cu runs on its own.
 // Compiled only where NVFP4_WGMMA is defined (device code for sm_90a).
 #pragma once
 #include <cstdint>
@@ -13,6 +14,10 @@
 #endif
 
 namespace nvfp4::cuda::detail {
+
+// One row block's (kTileGroup stored tiles of 16 rows) codes and scales of one K chunk in a stage.
+constexpr int kWgmmaCodeBytes = kTileGroup * 32 * 16;
+constexpr int kWgmmaScaleBytes = kTileGroup * 32 * 2;
 
 #ifdef NVFP4_WGMMA
 // mbarriers (shared::cta addresses). A phase completes when its arrivals and its expected transaction bytes
@@ -138,13 +143,21 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], const uint32_t 
                  "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}",
                  "{%64,%65,%66,%67}, %68", NVFP4_ACC32(0), NVFP4_ACC32(32));
 }
+// D (m64n8, f32, 4 registers per thread) += A (registers) x B: an eighth of m64n64k16's tensor work
+// (bench/wgmma_rate.cu's measure of the dequantization's own cost).
+template <typename T>
+__device__ __forceinline__ void wgmma_m64n8k16(float (&d)[4], const uint32_t (&a)[4], uint64_t desc) {
+  NVFP4_WGMMA_RS("m64n8k16", "{%0,%1,%2,%3}", "{%4,%5,%6,%7}, %8", "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]));
+}
 #undef NVFP4_WGMMA_RS
 #undef NVFP4_ACC32
 #undef NVFP4_ACC8
 template <typename T, int kN>
 __device__ __forceinline__ void wgmma_m64k16(float (&d)[kN / 2], const uint32_t (&a)[4], uint64_t desc) {
-  static_assert(kN == 64 || kN == 128, "m64n64k16 and m64n128k16 only");
-  if constexpr (kN == 64)
+  static_assert(kN == 8 || kN == 64 || kN == 128, "m64n8k16, m64n64k16 and m64n128k16 only");
+  if constexpr (kN == 8)
+    wgmma_m64n8k16<T>(d, a, desc);
+  else if constexpr (kN == 64)
     wgmma_m64n64k16<T>(d, a, desc);
   else
     wgmma_m64n128k16<T>(d, a, desc);
@@ -160,6 +173,44 @@ template <int kN>
 __device__ __forceinline__ void fence_acc(float (&d)[kN]) {
 #pragma unroll
   for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// The consumer step of gemm_wgmma.cu on one K chunk that is in the stage at shared address `st`, for kB row
+// blocks of kN tokens: the lane's codes and scales of row block b (at codes_off + b·kWgmmaCodeBytes and
+// scales_off + b·kWgmmaScaleBytes from st), their scale registers, then the A fragments of K steps 0-1 and their
+// MMAs, then those of steps 2-3, so that the tensor cores get the first half of a chunk's MMAs while its second
+// half is still being dequantized. Each half is a commit group of its own (a register fence before it: its MMAs
+// read A registers written since the last one), so a chunk is two groups. B of K step k: the stage's tile at
+// 32k bytes (smem_desc(st) + 2k).
+template <typename T, int kMode, int kN, int kB>
+__device__ __forceinline__ void wgmma_chunk(uint32_t st, uint32_t codes_off, uint32_t scales_off, float w_dec,
+                                            float (&acc)[kB][kN / 2], uint32_t (&a)[kB][4][4]) {
+  uint4 wv[kB];
+  uint32_t sv[kB];
+#pragma unroll
+  for (int b = 0; b < kB; ++b) {
+    wv[b] = lds128(st + codes_off + b * kWgmmaCodeBytes);
+    sv[b] = lds16(st + scales_off + b * kWgmmaScaleBytes);
+  }
+  uint32_t ws2[kB][2], wsx[kB][2];
+  scale_regs<T, kMode, kB>(sv, w_dec, ws2, wsx);
+  const uint64_t desc = smem_desc(st);
+  auto half = [&](auto first) {  // K steps h and h + 1
+    constexpr int h = decltype(first)::value;
+#pragma unroll
+    for (int b = 0; b < kB; ++b) {
+      dequant_step<T, kMode>(h == 0 ? wv[b].x : wv[b].z, ws2[b], wsx[b], a[b][h]);
+      dequant_step<T, kMode>(h == 0 ? wv[b].y : wv[b].w, ws2[b], wsx[b], a[b][h + 1]);
+    }
+    wgmma_fence();
+#pragma unroll
+    for (int k = h; k < h + 2; ++k)
+#pragma unroll
+      for (int b = 0; b < kB; ++b) wgmma_m64k16<T, kN>(acc[b], a[b][k], desc + 2 * k);
+    wgmma_commit();
+  };
+  half(std::integral_constant<int, 0>{});
+  half(std::integral_constant<int, 2>{});
 }
 #endif
 
