@@ -1,14 +1,14 @@
-// bench_wgmma_rate: the on-chip ceiling of the wgmma kernel's consumers (gemm_wgmma.cu), with no memory traffic.
-// One block per SM; kW consumer warpgroups of kB row blocks each run the kernel's chunk loop on a stage ring that
-// is already in shared memory. Forms: the kernel's chunk (per row block the lane's 16 bytes of codes and 2 bytes
-// of scales from shared memory, the scale registers, the four K steps' A fragments by the decode kernel's
-// dequantization, exact mode, bf16, and four m64nNk16 MMAs in two commit groups; two A buffers and wgmma_wait<2>
-// as in the kernel, one buffer and wgmma_wait<0> for kW = 4 at N = 128); the same MMAs alone in two commit groups
-// or in one; the MMAs with A from shared memory too; and the kernel's chunk at N = 8 (an eighth of the tensor work:
-// about the dequantization's own cost). Prints, per form, the SM cycles per chunk (the median block of the fastest
-// of three launches) against the tensor work at 4096 dense bf16 flops per SM and cycle (N / 2 cycles per
-// m64nNk16): where the kernel's chunk takes longer here than its tensor work, its consumers, not its memory, set
-// that much of its time (docs/PERF.md, change 128).
+// bench_wgmma_rate: the on-chip ceiling of the wgmma kernel's consumers (gemm_wgmma.cu), with no memory traffic. One
+// block per SM; kW consumer warpgroups of kB row blocks each run the kernel's walk over its ring (wgmma_ring_walk) on
+// stages that are already in shared memory. Forms: the kernel's chunk (per row block the lane's 16 bytes of codes and 2
+// bytes of scales from shared memory, the scale registers, the four K steps' A fragments by the decode kernel's
+// dequantization, exact mode, bf16, and four m64nNk16 MMAs in two commit groups; two A buffers and wgmma_wait<2> as in
+// the kernel, one buffer and wgmma_wait<0> for kW = 4 at N = 128); the same MMAs alone in two commit groups or in one;
+// the MMAs with A from shared memory too; and the kernel's chunk at N = 8 (an eighth of the tensor work: about the
+// dequantization's own cost). Prints, per form, the SM cycles per chunk (the median block of the fastest of three
+// launches) against the tensor work at 4096 dense bf16 flops per SM and cycle (N / 2 cycles per m64nNk16): where the
+// kernel's chunk takes longer here than its tensor work, its consumers, not its memory, set that much of its time
+// (docs/PERF.md, change 128).
 //   bench_wgmma_rate [--iters N]
 #include <cuda_runtime.h>
 
@@ -69,7 +69,7 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[kN / 2], uint64_t da, uint64
 enum { kDeqMma = 0, kMma2 = 1, kMma1 = 2, kSs1 = 3 };
 const char* const kFormName[] = {"dequant + mma (the kernel's)", "mma, 2 groups", "mma, 1 group", "mma A from smem"};
 
-constexpr int kStages = 6;
+constexpr int kStages = kWgmmaStages;  // the kernel's ring
 constexpr int stage_bytes(int n, int rb) {
   return (n * 128 + rb * (kWgmmaCodeBytes + kWgmmaScaleBytes) + 1023) / 1024 * 1024;
 }
@@ -122,8 +122,10 @@ __global__ void __launch_bounds__(128 * kW, 1) rate_kernel(int chunks, float* si
           wgmma_m64k16<T, kN>(acc[b], a[b][k], smem_desc(st) + 2 * k);
       }
   };
-  auto chunk = [&](int s, uint32_t(&a)[kB][4][4]) {  // two commit groups in every form
-    const uint32_t st = sbase + s * kStage;
+  // The kernel's walk over the ring (wgmma_ring_walk), with the stages always full: no barriers to wait on or
+  // to release.
+  auto chunk = [&](WgmmaRingPos q, uint32_t(&a)[kB][4][4]) {  // two commit groups in every form
+    const uint32_t st = sbase + q.s * kStage;
     if constexpr (kForm == kDeqMma) {
       wgmma_chunk<T, 0, kN, kB>(st, codes_off, scales_off, 1.0f, acc, a);
     } else if constexpr (kForm == kMma2) {
@@ -142,26 +144,7 @@ __global__ void __launch_bounds__(128 * kW, 1) rate_kernel(int chunks, float* si
   };
   __syncthreads();
   const long long t0 = clock64();
-  if constexpr (kN == 128 && kW == 4) {
-    for (int i = 0, s = 0; i < chunks; ++i) {
-      chunk(s, a0);
-      wgmma_wait<0>();
-      if (++s == kStages) s = 0;
-    }
-  } else {
-    int s = 0;
-    chunk(s, a0);
-    for (int i = 1; i < chunks; i += 2) {
-      if (++s == kStages) s = 0;
-      chunk(s, a1);
-      wgmma_wait<2>();
-      if (i + 1 == chunks) break;
-      if (++s == kStages) s = 0;
-      chunk(s, a0);
-      wgmma_wait<2>();
-    }
-    wgmma_wait<0>();
-  }
+  wgmma_ring_walk<kStages, !(kN == 128 && kW == 4)>(chunks, a0, a1, chunk, [](WgmmaRingPos) {});
 #pragma unroll
   for (int b = 0; b < kB; ++b) fence_acc(acc[b]);
   __syncthreads();

@@ -45,7 +45,7 @@
 namespace nvfp4::cuda::detail {
 namespace {
 
-constexpr int kStages = 6;
+constexpr int kStages = kWgmmaStages;
 // Warpgroups: the producer (0), with `raw` the permuter (1), then kCW consumer warpgroups (2: two row blocks each, or
 // one each in blocks of 128 rows; 3 and 4: one each).
 constexpr int first_consumer_wg(bool raw) { return raw ? 2 : 1; }
@@ -333,60 +333,27 @@ __global__ void __launch_bounds__(threads(kCW, kRaw), 1) wgmma_gemm_kernel(const
     for (int i = 0; i < kAcc; ++i) acc[b][i] = 0.0f;
   pdl_wait();  // before writing y
   pdl_launch_dependents();
-  // The ring position of chunk i: stage s = i % kStages and parity (i / kStages) & 1, stepped once per chunk
-  // rather than divided out, and the stage's shared-memory addresses from one pinned 32-bit base, so that the
-  // loop carries no division, no generic-to-shared conversion and no descriptor arithmetic beyond one add per
-  // K step (the descriptor's address field is addr >> 4 of a 1024-byte aligned stage, and step k reads 32k
-  // bytes further; docs/PERF.md, change 72).
+  // The stages' shared-memory addresses from one pinned 32-bit base, so that the walk carries no division, no
+  // generic-to-shared conversion and no descriptor arithmetic beyond one add per K step (the descriptor's address
+  // field is addr >> 4 of a 1024-byte aligned stage, and step k reads 32k bytes further; docs/PERF.md, change 72).
   uint32_t sbase = base;
   asm volatile("" : "+r"(sbase));  // kept in a register, not recomputed from the shared window each chunk
   const uint32_t codes_off = kXBytes + (kB * wg) * kWgmmaCodeBytes + (w4 * 32 + lane) * 16;
   const uint32_t scales_off = kXBytes + kRB * kWgmmaCodeBytes + (kB * wg) * kWgmmaScaleBytes + (w4 * 32 + lane) * 2;
-  struct Pos {
-    int s;
-    uint32_t parity;
-  };
-  auto next = [](Pos q) { return q.s + 1 == kStages ? Pos{0, q.parity ^ 1u} : Pos{q.s + 1, q.parity}; };
-  // Two A-fragment buffers: chunk i + 1 is dequantized while chunk i's MMAs run, and a stage is released once the
-  // MMAs of the chunk after it have been issued (wgmma_wait<2>: at most that chunk's two groups still in flight).
-  uint32_t a0[kB][4][4], a1[kB][4][4];  // a1: not used by the one-buffer loop below
+  uint32_t a0[kB][4][4], a1[kB][4][4];  // A-fragment buffers (a1: not used by the one-buffer walk)
   // One chunk: wait for its stage, then wgmma_chunk (two commit groups).
-  auto chunk = [&](Pos q, uint32_t (&a)[kB][4][4]) {
+  auto chunk = [&](WgmmaRingPos q, uint32_t (&a)[kB][4][4]) {
     mbar_wait(full0 + 8 * q.s, q.parity);
     const uint32_t st = sbase + q.s * kStage;
     wgmma_chunk<T, kMode, kT, kB>(st, codes_off, scales_off, p.w_dec, acc, a);
   };
-  auto release = [&](Pos q) {
+  auto release = [&](WgmmaRingPos q) {
     __syncwarp();
     if (lane == 0) mbar_arrive(empty0 + 8 * q.s);
   };
-  Pos cur{0, 0};
-  if constexpr (kT == 128 && kCW == 4) {
-    // 112 registers hold 64 accumulators and one A buffer, not two (ptxas would serialize the MMAs): one chunk
-    // at a time.
-    for (int i = 0; i < nc; ++i, cur = next(cur)) {
-      chunk(cur, a0);
-      wgmma_wait<0>();
-      release(cur);
-    }
-  } else {
-    if (nc > 0) chunk(cur, a0);
-    for (int i = 1; i < nc; i += 2) {
-      const Pos q1 = next(cur);
-      chunk(q1, a1);
-      wgmma_wait<2>();
-      release(cur);
-      cur = q1;
-      if (i + 1 == nc) break;
-      const Pos q2 = next(cur);
-      chunk(q2, a0);
-      wgmma_wait<2>();
-      release(cur);
-      cur = q2;
-    }
-    wgmma_wait<0>();
-    if (nc > 0) release(cur);
-  }
+  // 112 registers hold 64 accumulators and one A buffer, not two (ptxas would serialize the MMAs), so 128 tokens
+  // with four consumer warpgroups take one chunk at a time.
+  wgmma_ring_walk<kStages, !(kT == 128 && kCW == 4)>(nc, a0, a1, chunk, release);
 #pragma unroll
   for (int b = 0; b < kB; ++b) fence_acc(acc[b]);
 

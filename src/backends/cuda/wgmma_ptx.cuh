@@ -1,6 +1,6 @@
 // PTX wrappers of the Hopper (sm_90a) GEMM kernel (gemm_wgmma.cu): bulk copies, mbarriers, named barriers,
 // register budgets, shared-memory matrix descriptors and warpgroup MMAs; and the kernel's consumer step on one K
-// chunk (wgmma_chunk), which bench/wgmma_rate.cu runs on its own.
+// chunk (wgmma_chunk) and its walk over the ring (wgmma_ring_walk), which bench/wgmma_rate.cu runs on its own.
 // Compiled only where NVFP4_WGMMA is defined (device code for sm_90a).
 #pragma once
 #include <cstdint>
@@ -18,6 +18,8 @@ namespace nvfp4::cuda::detail {
 // One row block's (kTileGroup stored tiles of 16 rows) codes and scales of one K chunk in a stage.
 constexpr int kWgmmaCodeBytes = kTileGroup * 32 * 16;
 constexpr int kWgmmaScaleBytes = kTileGroup * 32 * 2;
+// Stages in the wgmma kernel's shared-memory ring of K chunks (even: the two A buffers alternate with the chunk).
+constexpr int kWgmmaStages = 6;
 
 #ifdef NVFP4_WGMMA
 // mbarriers (shared::cta addresses). A phase completes when its arrivals and its expected transaction bytes
@@ -211,6 +213,52 @@ __device__ __forceinline__ void wgmma_chunk(uint32_t st, uint32_t codes_off, uin
   };
   half(std::integral_constant<int, 0>{});
   half(std::integral_constant<int, 2>{});
+}
+
+// A chunk's place in the wgmma kernel's ring of kStages stages: chunk i is in stage s = i % kStages, and its
+// stage's full barrier completes the phase of parity (i / kStages) & 1.
+struct WgmmaRingPos {
+  int s;
+  uint32_t parity;
+};
+// The consumers' walk over nc K chunks, the ring position stepped once per chunk rather than divided out.
+// chunk(q, a) waits for the chunk at ring position q and issues its two commit groups with A buffer a
+// (wgmma_chunk); release(q) hands q's stage back to the producer once the MMAs that read it are done.
+// - Two A buffers (kTwoBuffers): chunk i + 1 is dequantized while chunk i's MMAs run, and chunk i's stage is
+//   released once the MMAs of chunk i + 1 have been issued (wgmma_wait<2>: at most that chunk's two groups still
+//   in flight).
+// - One buffer: one chunk at a time (wgmma_wait<0>, then its release).
+// (Unrolled over a round of the ring, with each chunk's stage a constant, the two-buffer walk issues a fifth
+// fewer instructions per chunk and runs no faster: docs/PERF.md, change 129.)
+template <int kStages, bool kTwoBuffers, typename A, typename Chunk, typename Release>
+__device__ __forceinline__ void wgmma_ring_walk(int nc, A& a0, A& a1, Chunk chunk, Release release) {
+  using Pos = WgmmaRingPos;
+  auto next = [](Pos q) { return q.s + 1 == kStages ? Pos{0, q.parity ^ 1u} : Pos{q.s + 1, q.parity}; };
+  Pos cur{0, 0};
+  if constexpr (!kTwoBuffers) {
+    for (int i = 0; i < nc; ++i, cur = next(cur)) {
+      chunk(cur, a0);
+      wgmma_wait<0>();
+      release(cur);
+    }
+  } else {
+    if (nc > 0) chunk(cur, a0);
+    for (int i = 1; i < nc; i += 2) {
+      const Pos q1 = next(cur);
+      chunk(q1, a1);
+      wgmma_wait<2>();
+      release(cur);
+      cur = q1;
+      if (i + 1 == nc) break;
+      const Pos q2 = next(cur);
+      chunk(q2, a0);
+      wgmma_wait<2>();
+      release(cur);
+      cur = q2;
+    }
+    wgmma_wait<0>();
+    if (nc > 0) release(cur);
+  }
 }
 #endif
 
