@@ -66,9 +66,8 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[kN / 2], uint64_t da, uint64
 
 // The forms: the kernel's chunk (dequantization, then two commit groups of two K steps); the same MMAs alone in
 // two groups, or in one; the same MMAs with A from shared memory too (one group).
-enum { kDeqMma = 0, kMma2 = 1, kMma1 = 2, kSs1 = 3, kDeqMma1 = 4 };
-const char* const kFormName[] = {"dequant + mma (the kernel's)", "mma, 2 groups", "mma, 1 group", "mma A from smem",
-                                 "dequant + mma, 1 group (wait<1>)"};
+enum { kDeqMma = 0, kMma2 = 1, kMma1 = 2, kSs1 = 3 };
+const char* const kFormName[] = {"dequant + mma (the kernel's)", "mma, 2 groups", "mma, 1 group", "mma A from smem"};
 
 constexpr int kStages = kWgmmaStages;  // the kernel's ring
 constexpr int stage_bytes(int n, int rb) {
@@ -127,8 +126,8 @@ __global__ void __launch_bounds__(128 * kW, 1) rate_kernel(int chunks, float* si
   // to release.
   auto chunk = [&](WgmmaRingPos q, uint32_t(&a)[kB][4][4]) {  // two commit groups in every form
     const uint32_t st = sbase + q.s * kStage;
-    if constexpr (kForm == kDeqMma || kForm == kDeqMma1) {
-      wgmma_chunk<T, 0, kN, kB, kForm == kDeqMma>(st, codes_off, scales_off, 1.0f, acc, a);
+    if constexpr (kForm == kDeqMma) {
+      wgmma_chunk<T, 0, kN, kB>(st, codes_off, scales_off, 1.0f, acc, a);
     } else if constexpr (kForm == kMma2) {
 #pragma unroll
       for (int h = 0; h < 4; h += 2) {
@@ -145,8 +144,7 @@ __global__ void __launch_bounds__(128 * kW, 1) rate_kernel(int chunks, float* si
   };
   __syncthreads();
   const long long t0 = clock64();
-  wgmma_ring_walk<kStages, !(kN == 128 && kW == 4), kForm == kDeqMma1 ? 1 : 2>(chunks, a0, a1, chunk,
-                                                                             [](WgmmaRingPos) {});
+  wgmma_ring_walk<kStages, !(kN == 128 && kW == 4)>(chunks, a0, a1, chunk, [](WgmmaRingPos) {});
 #pragma unroll
   for (int b = 0; b < kB; ++b) fence_acc(acc[b]);
   __syncthreads();
@@ -211,8 +209,7 @@ int main(int argc, char** argv) {
   run<N, W, B, kDeqMma>(sms, chunks, sink, dcyc); \
   run<N, W, B, kMma2>(sms, chunks, sink, dcyc);   \
   run<N, W, B, kMma1>(sms, chunks, sink, dcyc);   \
-  run<N, W, B, kSs1>(sms, chunks, sink, dcyc);   \
-  run<N, W, B, kDeqMma1>(sms, chunks, sink, dcyc)
+  run<N, W, B, kSs1>(sms, chunks, sink, dcyc)
   run<8, 4, 1, kDeqMma>(sms, chunks, sink, dcyc);
   run<8, 2, 2, kDeqMma>(sms, chunks, sink, dcyc);
   FORMS(64, 4, 1);

@@ -341,12 +341,11 @@ __global__ void __launch_bounds__(threads(kCW, kRaw), 1) wgmma_gemm_kernel(const
   const uint32_t codes_off = kXBytes + (kB * wg) * kWgmmaCodeBytes + (w4 * 32 + lane) * 16;
   const uint32_t scales_off = kXBytes + kRB * kWgmmaCodeBytes + (kB * wg) * kWgmmaScaleBytes + (w4 * 32 + lane) * 2;
   uint32_t a0[kB][4][4], a1[kB][4][4];  // A-fragment buffers (a1: not used by the one-buffer walk)
-  // One chunk: wait for its stage, then wgmma_chunk as one commit group (its four K steps dequantized, then their
-  // MMAs behind one register fence).
+  // One chunk: wait for its stage, then wgmma_chunk (two commit groups).
   auto chunk = [&](WgmmaRingPos q, uint32_t (&a)[kB][4][4]) {
     mbar_wait(full0 + 8 * q.s, q.parity);
     const uint32_t st = sbase + q.s * kStage;
-    wgmma_chunk<T, kMode, kT, kB, false>(st, codes_off, scales_off, p.w_dec, acc, a);
+    wgmma_chunk<T, kMode, kT, kB>(st, codes_off, scales_off, p.w_dec, acc, a);
   };
   auto release = [&](WgmmaRingPos q) {
     __syncwarp();
@@ -354,7 +353,7 @@ __global__ void __launch_bounds__(threads(kCW, kRaw), 1) wgmma_gemm_kernel(const
   };
   // 112 registers hold 64 accumulators and one A buffer, not two (ptxas would serialize the MMAs), so 128 tokens
   // with four consumer warpgroups take one chunk at a time.
-  wgmma_ring_walk<kStages, !(kT == 128 && kCW == 4), 1>(nc, a0, a1, chunk, release);
+  wgmma_ring_walk<kStages, !(kT == 128 && kCW == 4)>(nc, a0, a1, chunk, release);
 #pragma unroll
   for (int b = 0; b < kB; ++b) fence_acc(acc[b]);
 

@@ -182,10 +182,9 @@ __device__ __forceinline__ void fence_acc(float (&d)[kN]) {
 // scales_off + b·kWgmmaScaleBytes from st), their scale registers, then the A fragments of K steps 0-1 and their
 // MMAs, then those of steps 2-3, so that the tensor cores get the first half of a chunk's MMAs while its second
 // half is still being dequantized. Each half is a commit group of its own (a register fence before it: its MMAs
-// read A registers written since the last one), so a chunk is two groups. With kHalves false, all four steps'
-// fragments come first and their MMAs form one group (one register fence per chunk instead of two). B of K step
-// k: the stage's tile at 32k bytes (smem_desc(st) + 2k).
-template <typename T, int kMode, int kN, int kB, bool kHalves = true>
+// read A registers written since the last one), so a chunk is two groups. B of K step k: the stage's tile at
+// 32k bytes (smem_desc(st) + 2k).
+template <typename T, int kMode, int kN, int kB>
 __device__ __forceinline__ void wgmma_chunk(uint32_t st, uint32_t codes_off, uint32_t scales_off, float w_dec,
                                             float (&acc)[kB][kN / 2], uint32_t (&a)[kB][4][4]) {
   uint4 wv[kB];
@@ -198,36 +197,22 @@ __device__ __forceinline__ void wgmma_chunk(uint32_t st, uint32_t codes_off, uin
   uint32_t ws2[kB][2], wsx[kB][2];
   scale_regs<T, kMode, kB>(sv, w_dec, ws2, wsx);
   const uint64_t desc = smem_desc(st);
-  auto deq = [&](auto first) {  // the A fragments of K steps h and h + 1
+  auto half = [&](auto first) {  // K steps h and h + 1
     constexpr int h = decltype(first)::value;
 #pragma unroll
     for (int b = 0; b < kB; ++b) {
       dequant_step<T, kMode>(h == 0 ? wv[b].x : wv[b].z, ws2[b], wsx[b], a[b][h]);
       dequant_step<T, kMode>(h == 0 ? wv[b].y : wv[b].w, ws2[b], wsx[b], a[b][h + 1]);
     }
-  };
-  auto mmas = [&](auto first, auto last) {  // the MMAs of K steps k0 .. k1 - 1, one commit group
-    constexpr int k0 = decltype(first)::value, k1 = decltype(last)::value;
     wgmma_fence();
 #pragma unroll
-    for (int k = k0; k < k1; ++k)
+    for (int k = h; k < h + 2; ++k)
 #pragma unroll
       for (int b = 0; b < kB; ++b) wgmma_m64k16<T, kN>(acc[b], a[b][k], desc + 2 * k);
     wgmma_commit();
   };
-  using I0 = std::integral_constant<int, 0>;
-  using I2 = std::integral_constant<int, 2>;
-  using I4 = std::integral_constant<int, 4>;
-  if constexpr (kHalves) {
-    deq(I0{});
-    mmas(I0{}, I2{});
-    deq(I2{});
-    mmas(I2{}, I4{});
-  } else {
-    deq(I0{});
-    deq(I2{});
-    mmas(I0{}, I4{});
-  }
+  half(std::integral_constant<int, 0>{});
+  half(std::integral_constant<int, 2>{});
 }
 
 // A chunk's place in the wgmma kernel's ring of kStages stages: chunk i is in stage s = i % kStages, and its
@@ -238,15 +223,14 @@ struct WgmmaRingPos {
 };
 // The consumers' walk over nc K chunks, the ring position stepped once per chunk rather than divided out.
 // chunk(q, a) waits for the chunk at ring position q and issues its two commit groups with A buffer a
-// (wgmma_chunk; kGroups commit groups per chunk); release(q) hands q's stage back to the producer once the MMAs
-// that read it are done.
+// (wgmma_chunk); release(q) hands q's stage back to the producer once the MMAs that read it are done.
 // - Two A buffers (kTwoBuffers): chunk i + 1 is dequantized while chunk i's MMAs run, and chunk i's stage is
-//   released once the MMAs of chunk i + 1 have been issued (wgmma_wait<kGroups>: at most that chunk's groups
-//   still in flight).
+//   released once the MMAs of chunk i + 1 have been issued (wgmma_wait<2>: at most that chunk's two groups still
+//   in flight).
 // - One buffer: one chunk at a time (wgmma_wait<0>, then its release).
 // (Unrolled over a round of the ring, with each chunk's stage a constant, the two-buffer walk issues a fifth
 // fewer instructions per chunk and runs no faster: docs/PERF.md, change 129.)
-template <int kStages, bool kTwoBuffers, int kGroups = 2, typename A, typename Chunk, typename Release>
+template <int kStages, bool kTwoBuffers, typename A, typename Chunk, typename Release>
 __device__ __forceinline__ void wgmma_ring_walk(int nc, A& a0, A& a1, Chunk chunk, Release release) {
   using Pos = WgmmaRingPos;
   auto next = [](Pos q) { return q.s + 1 == kStages ? Pos{0, q.parity ^ 1u} : Pos{q.s + 1, q.parity}; };
@@ -262,13 +246,13 @@ __device__ __forceinline__ void wgmma_ring_walk(int nc, A& a0, A& a1, Chunk chun
     for (int i = 1; i < nc; i += 2) {
       const Pos q1 = next(cur);
       chunk(q1, a1);
-      wgmma_wait<kGroups>();
+      wgmma_wait<2>();
       release(cur);
       cur = q1;
       if (i + 1 == nc) break;
       const Pos q2 = next(cur);
       chunk(q2, a0);
-      wgmma_wait<kGroups>();
+      wgmma_wait<2>();
       release(cur);
       cur = q2;
     }
