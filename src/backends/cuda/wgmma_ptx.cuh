@@ -18,7 +18,7 @@ namespace nvfp4::cuda::detail {
 // One row block's (kTileGroup stored tiles of 16 rows) codes and scales of one K chunk in a stage.
 constexpr int kWgmmaCodeBytes = kTileGroup * 32 * 16;
 constexpr int kWgmmaScaleBytes = kTileGroup * 32 * 2;
-// Stages in the wgmma kernel's shared-memory ring of K chunks (even: the two A buffers alternate with the chunk).
+// Stages in the wgmma kernel's shared-memory ring of K chunks.
 constexpr int kWgmmaStages = 6;
 
 #ifdef NVFP4_WGMMA
