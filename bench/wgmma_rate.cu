@@ -70,16 +70,13 @@ enum { kDeqMma = 0, kMma2 = 1, kMma1 = 2, kSs1 = 3 };
 const char* const kFormName[] = {"dequant + mma (the kernel's)", "mma, 2 groups", "mma, 1 group", "mma A from smem"};
 
 constexpr int kStages = kWgmmaStages;  // the kernel's ring
-constexpr int stage_bytes(int n, int rb) {
-  return (n * 128 + rb * (kWgmmaCodeBytes + kWgmmaScaleBytes) + 1023) / 1024 * 1024;
-}
-constexpr int smem_bytes(int n, int rb) { return 1024 + kStages * stage_bytes(n, rb); }
+constexpr int smem_bytes(int n, int rb) { return 1024 + kStages * wgmma_stage_bytes(n, rb); }
 
 template <int kN, int kW, int kB, int kForm>
 __global__ void __launch_bounds__(128 * kW, 1) rate_kernel(int chunks, float* sink, long long* cycles) {
 #ifdef NVFP4_WGMMA
   using T = __nv_bfloat16;
-  constexpr int kRB = kW * kB, kStage = stage_bytes(kN, kRB), kAcc = kN / 2;
+  constexpr int kRB = kW * kB, kStage = wgmma_stage_bytes(kN, kRB), kAcc = kN / 2;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = smem_addr(smem_raw), base = (raw + 1023) & ~1023u;
   uint8_t* const ring = smem_raw + (base - raw);
@@ -144,7 +141,7 @@ __global__ void __launch_bounds__(128 * kW, 1) rate_kernel(int chunks, float* si
   };
   __syncthreads();
   const long long t0 = clock64();
-  wgmma_ring_walk<kStages, !(kN == 128 && kW == 4)>(chunks, a0, a1, chunk, [](WgmmaRingPos) {});
+  wgmma_ring_walk<kStages, wgmma_two_buffers(kN, kW)>(chunks, a0, a1, chunk, [](WgmmaRingPos) {});
 #pragma unroll
   for (int b = 0; b < kB; ++b) fence_acc(acc[b]);
   __syncthreads();

@@ -92,11 +92,6 @@ constexpr bool unit_word_group() {
   return true;
 }
 static_assert(unit_word_group(), "permute_tiles_kernel's groups must be the units' words");
-// One stage: the activation tile, then kRB row blocks' codes and scales, padded to 1024 bytes (each stage's
-// activation tile must stay 1024-byte aligned for the 128-byte swizzle).
-constexpr int stage_bytes(int kt, int rb) {
-  return (kt * 128 + rb * (kWgmmaCodeBytes + kWgmmaScaleBytes) + 1023) / 1024 * 1024;
-}
 // The permuter's staging ring (kRaw): kXSlots chunks of the 64-token tile, each thread's 16-byte copies of a chunk
 // in its own four units of the slot, so that kXSlots chunks are in flight without registers.
 constexpr int kXSlots = 4;
@@ -105,7 +100,7 @@ constexpr int staging_bytes(bool raw) { return raw ? kXSlots * kXSlotBytes : 0; 
 // + 1024 for aligning the ring (128-byte swizzle atoms), + the staging ring (kRaw), + the full and empty mbarriers
 // of every stage.
 constexpr int smem_bytes(int kt, int rb, bool raw = false) {
-  return 1024 + kStages * stage_bytes(kt, rb) + staging_bytes(raw) + 2 * kStages * 8;
+  return 1024 + kStages * wgmma_stage_bytes(kt, rb) + staging_bytes(raw) + 2 * kStages * 8;
 }
 static_assert(smem_bytes(64, 2, true) <= smem_bytes(128, 4), "wgmma_available checks the largest form's shared memory");
 
@@ -170,7 +165,7 @@ __global__ void __launch_bounds__(threads(kCW, kRaw), 1) wgmma_gemm_kernel(const
   static_assert(kRB >= 2 && kRB <= 4 && kRB % kCW == 0, "row blocks per block: 2, 3 or 4, whole per consumer");
   constexpr int kThreads = threads(kCW, kRaw), kB = kRB / kCW, kC0 = 128 * first_consumer_wg(kRaw);
   static_assert(!kRaw || (kCW == 2 && kB == 1 && kT == 64), "the permuting warpgroup: 128-row blocks, 64 tokens");
-  constexpr int kStage = stage_bytes(kT, kRB), kXBytes = kT * 128, kAcc = kT / 2;
+  constexpr int kStage = wgmma_stage_bytes(kT, kRB), kXBytes = kT * 128, kAcc = kT / 2;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = smem_addr(smem_raw);
   const uint32_t base = (raw + 1023) & ~1023u;
@@ -351,9 +346,7 @@ __global__ void __launch_bounds__(threads(kCW, kRaw), 1) wgmma_gemm_kernel(const
     __syncwarp();
     if (lane == 0) mbar_arrive(empty0 + 8 * q.s);
   };
-  // 112 registers hold 64 accumulators and one A buffer, not two (ptxas would serialize the MMAs), so 128 tokens
-  // with four consumer warpgroups take one chunk at a time.
-  wgmma_ring_walk<kStages, !(kT == 128 && kCW == 4)>(nc, a0, a1, chunk, release);
+  wgmma_ring_walk<kStages, wgmma_two_buffers(kT, kCW)>(nc, a0, a1, chunk, release);
 #pragma unroll
   for (int b = 0; b < kB; ++b) fence_acc(acc[b]);
 

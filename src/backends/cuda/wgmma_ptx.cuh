@@ -20,6 +20,15 @@ constexpr int kWgmmaCodeBytes = kTileGroup * 32 * 16;
 constexpr int kWgmmaScaleBytes = kTileGroup * 32 * 2;
 // Stages in the wgmma kernel's shared-memory ring of K chunks.
 constexpr int kWgmmaStages = 6;
+// One stage: the activation tile of `tokens` rows of 128 bytes, then rb row blocks' codes and scales, padded to
+// 1024 bytes (each stage's activation tile must stay 1024-byte aligned for the 128-byte swizzle).
+constexpr int wgmma_stage_bytes(int tokens, int rb) {
+  return (tokens * 128 + rb * (kWgmmaCodeBytes + kWgmmaScaleBytes) + 1023) / 1024 * 1024;
+}
+// Whether the consumers keep two A-fragment buffers (wgmma_ring_walk): every form but 128 tokens with four consumer
+// warpgroups, whose 112 registers per thread hold 64 accumulators and one A buffer, not two (ptxas would
+// serialize the MMAs), so that they take one chunk at a time.
+constexpr bool wgmma_two_buffers(int tokens, int consumer_wgs) { return !(tokens == 128 && consumer_wgs == 4); }
 
 #ifdef NVFP4_WGMMA
 // mbarriers (shared::cta addresses). A phase completes when its arrivals and its expected transaction bytes
