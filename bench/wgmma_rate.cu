@@ -120,15 +120,11 @@ __global__ void __launch_bounds__(128 * kW, 1) rate_kernel(int chunks, float* si
       }
   };
   // The kernel's walk over the ring (wgmma_ring_walk), with the stages always full: no barriers to wait on or
-  // to release. Only the kernel's chunk fetches anything.
-  WgmmaChunkIn<kB> f0, f1;
-  auto fetch = [&](WgmmaRingPos q, WgmmaChunkIn<kB>& in) {
-    if constexpr (kForm == kDeqMma) wgmma_chunk_fetch<T, 0, kB>(sbase + q.s * kStage, codes_off, scales_off, 1.0f, in);
-  };
-  auto mma = [&](WgmmaRingPos q, const WgmmaChunkIn<kB>& in, uint32_t(&a)[kB][4][4]) {  // two commit groups in every form
+  // to release.
+  auto chunk = [&](WgmmaRingPos q, uint32_t(&a)[kB][4][4]) {  // two commit groups in every form
     const uint32_t st = sbase + q.s * kStage;
     if constexpr (kForm == kDeqMma) {
-      wgmma_chunk_mma<T, 0, kN, kB>(st, in, acc, a);
+      wgmma_chunk<T, 0, kN, kB>(st, codes_off, scales_off, 1.0f, acc, a);
     } else if constexpr (kForm == kMma2) {
 #pragma unroll
       for (int h = 0; h < 4; h += 2) {
@@ -145,7 +141,7 @@ __global__ void __launch_bounds__(128 * kW, 1) rate_kernel(int chunks, float* si
   };
   __syncthreads();
   const long long t0 = clock64();
-  wgmma_ring_walk<kStages, wgmma_two_buffers(kN, kW)>(chunks, f0, f1, a0, a1, fetch, mma, [](WgmmaRingPos) {});
+  wgmma_ring_walk<kStages, wgmma_two_buffers(kN, kW)>(chunks, a0, a1, chunk, [](WgmmaRingPos) {});
 #pragma unroll
   for (int b = 0; b < kB; ++b) fence_acc(acc[b]);
   __syncthreads();

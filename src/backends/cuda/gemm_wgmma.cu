@@ -336,20 +336,17 @@ __global__ void __launch_bounds__(threads(kCW, kRaw), 1) wgmma_gemm_kernel(const
   const uint32_t codes_off = kXBytes + (kB * wg) * kWgmmaCodeBytes + (w4 * 32 + lane) * 16;
   const uint32_t scales_off = kXBytes + kRB * kWgmmaCodeBytes + (kB * wg) * kWgmmaScaleBytes + (w4 * 32 + lane) * 2;
   uint32_t a0[kB][4][4], a1[kB][4][4];  // A-fragment buffers (a1: not used by the one-buffer walk)
-  WgmmaChunkIn<kB> f0, f1;  // a chunk's codes and scale registers, fetched one chunk ahead
-  // A chunk's fetch waits for its stage (wgmma_chunk_fetch); its MMAs are two commit groups (wgmma_chunk_mma).
-  auto fetch = [&](WgmmaRingPos q, WgmmaChunkIn<kB>& in) {
+  // One chunk: wait for its stage, then wgmma_chunk (two commit groups).
+  auto chunk = [&](WgmmaRingPos q, uint32_t (&a)[kB][4][4]) {
     mbar_wait(full0 + 8 * q.s, q.parity);
-    wgmma_chunk_fetch<T, kMode, kB>(sbase + q.s * kStage, codes_off, scales_off, p.w_dec, in);
-  };
-  auto mma = [&](WgmmaRingPos q, const WgmmaChunkIn<kB>& in, uint32_t (&a)[kB][4][4]) {
-    wgmma_chunk_mma<T, kMode, kT, kB>(sbase + q.s * kStage, in, acc, a);
+    const uint32_t st = sbase + q.s * kStage;
+    wgmma_chunk<T, kMode, kT, kB>(st, codes_off, scales_off, p.w_dec, acc, a);
   };
   auto release = [&](WgmmaRingPos q) {
     __syncwarp();
     if (lane == 0) mbar_arrive(empty0 + 8 * q.s);
   };
-  wgmma_ring_walk<kStages, wgmma_two_buffers(kT, kCW)>(nc, f0, f1, a0, a1, fetch, mma, release);
+  wgmma_ring_walk<kStages, wgmma_two_buffers(kT, kCW)>(nc, a0, a1, chunk, release);
 #pragma unroll
   for (int b = 0; b < kB; ++b) fence_acc(acc[b]);
 

@@ -1,6 +1,6 @@
 // PTX wrappers of the Hopper (sm_90a) GEMM kernel (gemm_wgmma.cu): bulk copies, mbarriers, named barriers,
 // register budgets, shared-memory matrix descriptors and warpgroup MMAs; and the kernel's consumer step on one K
-// chunk (wgmma_chunk_fetch, wgmma_chunk_mma) and its walk over the ring (wgmma_ring_walk), which bench/wgmma_rate.cu runs on its own.
+// chunk (wgmma_chunk) and its walk over the ring (wgmma_ring_walk), which bench/wgmma_rate.cu runs on its own.
 // Compiled only where NVFP4_WGMMA is defined (device code for sm_90a).
 #pragma once
 #include <cstdint>
@@ -187,39 +187,31 @@ __device__ __forceinline__ void fence_acc(float (&d)[kN]) {
 }
 
 // The consumer step of gemm_wgmma.cu on one K chunk that is in the stage at shared address `st`, for kB row
-// blocks of kN tokens, in two parts so that the walk can take the first part of the next chunk before the second
-// of this one. wgmma_chunk_fetch: the lane's codes and scales of row block b (at codes_off + b·kWgmmaCodeBytes
-// and scales_off + b·kWgmmaScaleBytes from st) and their scale registers. wgmma_chunk_mma: the A fragments of
-// K steps 0-1 and their MMAs, then those of steps 2-3, so that the tensor cores get the first half of a chunk's
-// MMAs while its second half is still being dequantized. Each half is a commit group of its own (a register
-// fence before it: its MMAs read A registers written since the last one), so a chunk is two groups. B of K
-// step k: the stage's tile at 32k bytes (smem_desc(st) + 2k).
-template <int kB>
-struct WgmmaChunkIn {
+// blocks of kN tokens: the lane's codes and scales of row block b (at codes_off + b·kWgmmaCodeBytes and
+// scales_off + b·kWgmmaScaleBytes from st), their scale registers, then the A fragments of K steps 0-1 and their
+// MMAs, then those of steps 2-3, so that the tensor cores get the first half of a chunk's MMAs while its second
+// half is still being dequantized. Each half is a commit group of its own (a register fence before it: its MMAs
+// read A registers written since the last one), so a chunk is two groups. B of K step k: the stage's tile at
+// 32k bytes (smem_desc(st) + 2k).
+template <typename T, int kMode, int kN, int kB>
+__device__ __forceinline__ void wgmma_chunk(uint32_t st, uint32_t codes_off, uint32_t scales_off, float w_dec,
+                                            float (&acc)[kB][kN / 2], uint32_t (&a)[kB][4][4]) {
   uint4 wv[kB];
-  uint32_t ws2[kB][2], wsx[kB][2];
-};
-template <typename T, int kMode, int kB>
-__device__ __forceinline__ void wgmma_chunk_fetch(uint32_t st, uint32_t codes_off, uint32_t scales_off, float w_dec,
-                                                  WgmmaChunkIn<kB>& in) {
   uint32_t sv[kB];
 #pragma unroll
   for (int b = 0; b < kB; ++b) {
-    in.wv[b] = lds128(st + codes_off + b * kWgmmaCodeBytes);
+    wv[b] = lds128(st + codes_off + b * kWgmmaCodeBytes);
     sv[b] = lds16(st + scales_off + b * kWgmmaScaleBytes);
   }
-  scale_regs<T, kMode, kB>(sv, w_dec, in.ws2, in.wsx);
-}
-template <typename T, int kMode, int kN, int kB>
-__device__ __forceinline__ void wgmma_chunk_mma(uint32_t st, const WgmmaChunkIn<kB>& in, float (&acc)[kB][kN / 2],
-                                                uint32_t (&a)[kB][4][4]) {
+  uint32_t ws2[kB][2], wsx[kB][2];
+  scale_regs<T, kMode, kB>(sv, w_dec, ws2, wsx);
   const uint64_t desc = smem_desc(st);
   auto half = [&](auto first) {  // K steps h and h + 1
     constexpr int h = decltype(first)::value;
 #pragma unroll
     for (int b = 0; b < kB; ++b) {
-      dequant_step<T, kMode>(h == 0 ? in.wv[b].x : in.wv[b].z, in.ws2[b], in.wsx[b], a[b][h]);
-      dequant_step<T, kMode>(h == 0 ? in.wv[b].y : in.wv[b].w, in.ws2[b], in.wsx[b], a[b][h + 1]);
+      dequant_step<T, kMode>(h == 0 ? wv[b].x : wv[b].z, ws2[b], wsx[b], a[b][h]);
+      dequant_step<T, kMode>(h == 0 ? wv[b].y : wv[b].w, ws2[b], wsx[b], a[b][h + 1]);
     }
     wgmma_fence();
 #pragma unroll
@@ -239,52 +231,36 @@ struct WgmmaRingPos {
   uint32_t parity;
 };
 // The consumers' walk over nc K chunks, the ring position stepped once per chunk rather than divided out.
-// fetch(q, in) waits for the chunk at ring position q and takes its codes and scale registers into `in`
-// (wgmma_chunk_fetch); mma(q, in, a) issues its two commit groups with A buffer a (wgmma_chunk_mma); release(q)
-// hands q's stage back to the producer once the MMAs that read it are done. The next chunk is fetched before
-// this one's mma, so that its shared loads and scale registers are not on the chain of its own dequantization;
-// f0 and f1 alternate.
+// chunk(q, a) waits for the chunk at ring position q and issues its two commit groups with A buffer a
+// (wgmma_chunk); release(q) hands q's stage back to the producer once the MMAs that read it are done.
 // - Two A buffers (kTwoBuffers): chunk i + 1 is dequantized while chunk i's MMAs run, and chunk i's stage is
 //   released once the MMAs of chunk i + 1 have been issued (wgmma_wait<2>: at most that chunk's two groups still
 //   in flight).
-// - One buffer: one chunk's MMAs at a time (wgmma_wait<0>, then its release).
+// - One buffer: one chunk at a time (wgmma_wait<0>, then its release).
 // (Unrolled over a round of the ring, with each chunk's stage a constant, the two-buffer walk issues a fifth
 // fewer instructions per chunk and runs no faster: docs/PERF.md, change 129.)
-template <int kStages, bool kTwoBuffers, typename In, typename A, typename Fetch, typename Mma, typename Release>
-__device__ __forceinline__ void wgmma_ring_walk(int nc, In& f0, In& f1, A& a0, A& a1, Fetch fetch, Mma mma,
-                                                Release release) {
+template <int kStages, bool kTwoBuffers, typename A, typename Chunk, typename Release>
+__device__ __forceinline__ void wgmma_ring_walk(int nc, A& a0, A& a1, Chunk chunk, Release release) {
   using Pos = WgmmaRingPos;
   auto next = [](Pos q) { return q.s + 1 == kStages ? Pos{0, q.parity ^ 1u} : Pos{q.s + 1, q.parity}; };
   Pos cur{0, 0};
-  if (nc > 0) fetch(cur, f0);
   if constexpr (!kTwoBuffers) {
-    for (int i = 0; i < nc; i += 2) {
-      if (i + 1 < nc) fetch(next(cur), f1);
-      mma(cur, f0, a0);
+    for (int i = 0; i < nc; ++i, cur = next(cur)) {
+      chunk(cur, a0);
       wgmma_wait<0>();
       release(cur);
-      cur = next(cur);
-      if (i + 1 == nc) break;
-      if (i + 2 < nc) fetch(next(cur), f0);
-      mma(cur, f1, a0);
-      wgmma_wait<0>();
-      release(cur);
-      cur = next(cur);
     }
   } else {
-    if (nc > 1) fetch(next(cur), f1);
-    if (nc > 0) mma(cur, f0, a0);
+    if (nc > 0) chunk(cur, a0);
     for (int i = 1; i < nc; i += 2) {
       const Pos q1 = next(cur);
-      if (i + 1 < nc) fetch(next(q1), f0);
-      mma(q1, f1, a1);
+      chunk(q1, a1);
       wgmma_wait<2>();
       release(cur);
       cur = q1;
       if (i + 1 == nc) break;
       const Pos q2 = next(cur);
-      if (i + 2 < nc) fetch(next(q2), f1);
-      mma(q2, f0, a0);
+      chunk(q2, a0);
       wgmma_wait<2>();
       release(cur);
       cur = q2;
