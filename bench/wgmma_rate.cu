@@ -5,7 +5,8 @@
 // dequantization, exact mode, bf16, and four m64nNk16 MMAs in two commit groups; two A buffers and wgmma_wait<2> as in
 // the kernel, one buffer and wgmma_wait<0> for kW = 4 at N = 128); the same MMAs alone in two commit groups or in one;
 // the MMAs with A from shared memory too; and the kernel's chunk at N = 8 (an eighth of the tensor work: about the
-// dequantization's own cost). Prints, per form, the SM cycles per chunk (the median block of the fastest of three
+// dequantization's own cost); and at 64 tokens and 256 rows the dequantization apart from the MMAs (split_kernel,
+// docs/PERF.md change 132). Prints, per form, the SM cycles per chunk (the median block of the fastest of three
 // launches) against the tensor work at 4096 dense bf16 flops per SM and cycle (N / 2 cycles per m64nNk16): where the
 // kernel's chunk takes longer here than its tensor work, its consumers, not its memory, set that much of its time
 // (docs/PERF.md, change 128).
@@ -72,6 +73,23 @@ const char* const kFormName[] = {"dequant + mma (the kernel's)", "mma, 2 groups"
 constexpr int kStages = kWgmmaStages;  // the kernel's ring
 constexpr int smem_bytes(int n, int rb) { return 1024 + kStages * wgmma_stage_bytes(n, rb); }
 
+#ifdef NVFP4_WGMMA
+// The ring's kStages stages of kN tokens and kRB row blocks, every stage full: activations small bf16 values; codes
+// and scales any bytes with scales below e4m3's NaN.
+template <int kN, int kRB>
+__device__ void fill_ring(uint8_t* ring) {
+  constexpr int kStage = wgmma_stage_bytes(kN, kRB);
+  for (int i = threadIdx.x; i < kStages * kStage / 4; i += blockDim.x) {
+    const uint32_t h = (static_cast<uint32_t>(i) * 2654435761u) ^ (i >> 7);
+    const int off = (i * 4) % kStage;
+    uint32_t v = h;
+    if (off < kN * 128) v = (h & 0x807F807Fu) | 0x3C003C00u;                // |x| in [2^-7, 2^-6)
+    else if (off >= kN * 128 + kRB * kWgmmaCodeBytes) v = h & 0x3F3F3F3Fu;  // scale bytes < 0x40
+    reinterpret_cast<uint32_t*>(ring)[i] = v;
+  }
+}
+#endif
+
 template <int kN, int kW, int kB, int kForm>
 __global__ void __launch_bounds__(128 * kW, 1) rate_kernel(int chunks, float* sink, long long* cycles) {
 #ifdef NVFP4_WGMMA
@@ -80,15 +98,7 @@ __global__ void __launch_bounds__(128 * kW, 1) rate_kernel(int chunks, float* si
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = smem_addr(smem_raw), base = (raw + 1023) & ~1023u;
   uint8_t* const ring = smem_raw + (base - raw);
-  // Activations: small bf16 values; codes and scales: any bytes with scales below e4m3's NaN.
-  for (int i = threadIdx.x; i < kStages * kStage / 4; i += blockDim.x) {
-    const uint32_t h = (static_cast<uint32_t>(i) * 2654435761u) ^ (i >> 7);
-    const int off = (i * 4) % kStage;
-    uint32_t v = h;
-    if (off < kN * 128) v = (h & 0x807F807Fu) | 0x3C003C00u;          // |x| in [2^-7, 2^-6)
-    else if (off >= kN * 128 + kRB * kWgmmaCodeBytes) v = h & 0x3F3F3F3Fu;      // scale bytes < 0x40
-    reinterpret_cast<uint32_t*>(ring)[i] = v;
-  }
+  fill_ring<kN, kRB>(ring);
   __syncthreads();
   const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, w4 = (tid >> 5) & 3;
   float acc[kB][kAcc];
@@ -156,21 +166,153 @@ __global__ void __launch_bounds__(128 * kW, 1) rate_kernel(int chunks, float* si
 #endif
 }
 
-template <int kN, int kW, int kB, int kForm>
-void run(int sms, int chunks, float* sink, long long* dcyc) {
-  constexpr auto kernel = rate_kernel<kN, kW, kB, kForm>;
-  constexpr int smem = smem_bytes(kN, kW * kB);
+// SM cycles per chunk of `kernel` (one block per SM): the median block of the fastest of three launches.
+template <typename K>
+double cycles_per_chunk(K kernel, int threads, int smem, int sms, int chunks, float* sink, long long* dcyc) {
   CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   std::vector<long long> cyc(sms);
   double best = 1e30;
-  for (int rep = 0; rep < 3; ++rep) {  // the median block of the fastest of three launches
-    kernel<<<sms, 128 * kW, smem>>>(chunks, sink, dcyc);
+  for (int rep = 0; rep < 3; ++rep) {
+    kernel<<<sms, threads, smem>>>(chunks, sink, dcyc);
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
     CK(cudaMemcpy(cyc.data(), dcyc, sms * sizeof(long long), cudaMemcpyDeviceToHost));
     std::sort(cyc.begin(), cyc.end());
     best = std::min(best, static_cast<double>(cyc[sms / 2]) / chunks);
   }
+  return best;
+}
+
+// The dequantization apart from the MMAs (docs/PERF.md, change 132): kD dequantizing warpgroups write each 64-token
+// chunk's A tiles (4 row blocks of 64 rows x 64 K, bf16, K-major with the 128-byte swizzle: 32 KB) into a ring of kAS
+// slots, and one warpgroup issues the chunk's sixteen m64n64k16 MMAs with A and B from shared memory, one commit group
+// per chunk, releasing a slot once the MMAs that read it are done (wgmma_wait<1>). Each dequantizing thread takes
+// the kernel's 16 bytes of codes and 2 of scales per row block, the same scale registers and dequant_step calls, and
+// stores its four A registers of each step word either as one 16-byte row segment (kFrag false: a load-time layout
+// would put a step word's eight weights on one row) or each at its place in the m64k16 A fragment (kFrag: the
+// kernel's layout as it is, 16 four-byte stores per row block); the values here are not checked.
+template <int kD, int kAS, bool kFrag>
+__global__ void __launch_bounds__(128 * (kD + 1), 1) split_kernel(int chunks, float* sink, long long* cycles) {
+#ifdef NVFP4_WGMMA
+  using T = __nv_bfloat16;
+  constexpr int kN = 64, kRB = 4, kRBD = kRB / kD, kStage = wgmma_stage_bytes(kN, kRB), kA = kRB * 64 * 128;
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t raw = smem_addr(smem_raw), base = (raw + 1023) & ~1023u;
+  uint8_t* const ring = smem_raw + (base - raw);
+  const uint32_t abase = base + kStages * kStage, bars = abase + kAS * kA;  // A slots, then the barriers
+  const uint32_t afull0 = bars, aempty0 = bars + 8 * kAS;
+  fill_ring<kN, kRB>(ring);
+  const int tid = threadIdx.x, wg = tid >> 7, t = tid & 127, lane = tid & 31, w4 = (tid >> 5) & 3;
+  if (tid == 0) {
+    for (int j = 0; j < kAS; ++j) {
+      mbar_init(afull0 + 8 * j, 4 * kD);  // every dequantizing warp
+      mbar_init(aempty0 + 8 * j, 4);      // the MMA warpgroup's warps
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
+  const long long t0 = clock64();
+  float sum = 0.0f;
+  if (wg == kD) {  // the MMA warpgroup
+    setmaxnreg_inc<kD == 2 ? 232 : 200>();
+    float acc[kRB][32];
+#pragma unroll
+    for (int b = 0; b < kRB; ++b)
+#pragma unroll
+      for (int i = 0; i < 32; ++i) acc[b][i] = 0.0f;
+    int s = 0, a = 0;
+    uint32_t ap = 0;
+    for (int i = 0; i < chunks; ++i) {
+      mbar_wait(afull0 + 8 * a, ap);
+      const uint64_t db = smem_desc(base + s * kStage), da = smem_desc(abase + a * kA);
+      wgmma_fence();
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+#pragma unroll
+        for (int b = 0; b < kRB; ++b) wgmma_ss64(acc[b], da + (b * 8192 >> 4) + 2 * k, db + 2 * k);
+      wgmma_commit();
+      wgmma_wait<1>();  // the previous chunk's MMAs are done: its slot goes back
+      if (i > 0) {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(aempty0 + 8 * (a == 0 ? kAS - 1 : a - 1));
+      }
+      if (++s == kStages) s = 0;
+      if (++a == kAS) a = 0, ap ^= 1u;
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int b = 0; b < kRB; ++b) {
+      fence_acc(acc[b]);
+#pragma unroll
+      for (int i = 0; i < 32; ++i) sum += acc[b][i];
+    }
+  } else {  // dequantizing warpgroup wg: row blocks kRBD·wg ..
+    setmaxnreg_dec<kD == 2 ? 96 : 56>();
+    const uint32_t codes_off = kN * 128 + (kRBD * wg) * kWgmmaCodeBytes + t * 16;
+    const uint32_t scales_off = kN * 128 + kRB * kWgmmaCodeBytes + (kRBD * wg) * kWgmmaScaleBytes + t * 2;
+    const int r = t >> 1, h = t & 1;  // this thread's row of each row block and its half of the chunk's K
+    int s = 0, a = 0;
+    uint32_t ap = 0;
+    for (int i = 0; i < chunks; ++i) {
+      if (i >= kAS) mbar_wait(aempty0 + 8 * a, ap ^ 1u);
+      const uint32_t st = base + s * kStage;
+      uint4 wv[kRBD];
+      uint32_t sv[kRBD], ws2[kRBD][2], wsx[kRBD][2];
+#pragma unroll
+      for (int b = 0; b < kRBD; ++b) {
+        wv[b] = lds128(st + codes_off + b * kWgmmaCodeBytes);
+        sv[b] = lds16(st + scales_off + b * kWgmmaScaleBytes);
+      }
+      scale_regs<T, 0, kRBD>(sv, 1.0f, ws2, wsx);
+#pragma unroll
+      for (int b = 0; b < kRBD; ++b) {
+        const uint32_t blk = abase + a * kA + (kRBD * wg + b) * 8192;
+        const uint32_t q[4] = {wv[b].x, wv[b].y, wv[b].z, wv[b].w};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          uint32_t v[4];
+          dequant_step<T, 0>(q[k], ws2[b], wsx[b], v);
+          if constexpr (kFrag) {  // register j: row w4·16 + lane/4 + 8(j & 1), K 16k + 2(lane % 4) + 8(j >> 1)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+              const int fr = w4 * 16 + (lane >> 2) + 8 * (j & 1), c = 2 * k + (j >> 1);
+              sts32(blk + fr * 128 + ((c ^ (fr & 7)) << 4) + (lane & 3) * 4, v[j]);
+            }
+          } else {
+            const uint32_t addr = blk + r * 128 + (((4 * h + k) ^ (r & 7)) << 4);
+            asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v[0]), "r"(v[1]), "r"(v[2]),
+                         "r"(v[3])
+                         : "memory");
+          }
+        }
+      }
+      fence_proxy_async();  // generic stores, read by the MMAs (async proxy)
+      __syncwarp();
+      if (lane == 0) mbar_arrive(afull0 + 8 * a);
+      if (++s == kStages) s = 0;
+      if (++a == kAS) a = 0, ap ^= 1u;
+    }
+  }
+  __syncthreads();
+  const long long t1 = clock64();
+  if (sum == 12345.0f) sink[blockIdx.x] = sum;  // keeps the MMAs
+  if (tid == 0) cycles[blockIdx.x] = t1 - t0;
+#endif
+}
+
+template <int kD, int kAS, bool kFrag>
+void run_split(int sms, int chunks, float* sink, long long* dcyc) {
+  const double best = cycles_per_chunk(split_kernel<kD, kAS, kFrag>, 128 * (kD + 1),
+                                       smem_bytes(64, 4) + kAS * 4 * 64 * 128 + 16 * kAS, sms, chunks, sink, dcyc);
+  const double tensor = 4.0 * 4 * 32;
+  std::printf("| 64 | 256 | %d + 1 | %d | dequant apart (%d A slots, %s stores) | %.0f | %.0f | %.2f |\n", kD,
+              4 / kD, kAS, kFrag ? "fragment 4-byte" : "row 16-byte", best, tensor, best / tensor);
+}
+
+template <int kN, int kW, int kB, int kForm>
+void run(int sms, int chunks, float* sink, long long* dcyc) {
+  const double best =
+      cycles_per_chunk(rate_kernel<kN, kW, kB, kForm>, 128 * kW, smem_bytes(kN, kW * kB), sms, chunks, sink, dcyc);
   const double tensor = 4.0 * kW * kB * (kN / 2);  // cycles of tensor work per chunk
   std::printf("| %d | %d | %d | %d | %s | %.0f | %.0f | %.2f |\n", kN, kW * kB * 64, kW, kB, kFormName[kForm],
               best, tensor, best / tensor);
@@ -210,6 +352,12 @@ int main(int argc, char** argv) {
   run<8, 4, 1, kDeqMma>(sms, chunks, sink, dcyc);
   run<8, 2, 2, kDeqMma>(sms, chunks, sink, dcyc);
   FORMS(64, 4, 1);
+  run_split<2, 2, false>(sms, chunks, sink, dcyc);
+  run_split<2, 3, false>(sms, chunks, sink, dcyc);
+  run_split<4, 2, false>(sms, chunks, sink, dcyc);
+  run_split<4, 3, false>(sms, chunks, sink, dcyc);
+  run_split<2, 3, true>(sms, chunks, sink, dcyc);
+  run_split<4, 3, true>(sms, chunks, sink, dcyc);
   FORMS(64, 2, 2);
   FORMS(64, 3, 1);
   FORMS(64, 2, 1);
