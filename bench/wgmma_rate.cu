@@ -195,7 +195,8 @@ template <int kD, int kAS, bool kFrag>
 __global__ void __launch_bounds__(128 * (kD + 1), 1) split_kernel(int chunks, float* sink, long long* cycles) {
 #ifdef NVFP4_WGMMA
   using T = __nv_bfloat16;
-  constexpr int kN = 64, kRB = 4, kRBD = kRB / kD, kStage = wgmma_stage_bytes(kN, kRB), kA = kRB * 64 * 128;
+  constexpr int kN = 64, kRB = 4, kRBD = kRB / kD, kStage = wgmma_stage_bytes(kN, kRB);
+  constexpr int kABlock = 64 * 128, kA = kRB * kABlock;  // one row block's A tile; a slot
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = smem_addr(smem_raw), base = (raw + 1023) & ~1023u;
   uint8_t* const ring = smem_raw + (base - raw);
@@ -229,7 +230,7 @@ __global__ void __launch_bounds__(128 * (kD + 1), 1) split_kernel(int chunks, fl
 #pragma unroll
       for (int k = 0; k < 4; ++k)
 #pragma unroll
-        for (int b = 0; b < kRB; ++b) wgmma_ss64(acc[b], da + (b * 8192 >> 4) + 2 * k, db + 2 * k);
+        for (int b = 0; b < kRB; ++b) wgmma_ss64(acc[b], da + (b * kABlock >> 4) + 2 * k, db + 2 * k);
       wgmma_commit();
       wgmma_wait<1>();  // the previous chunk's MMAs are done: its slot goes back
       if (i > 0) {
@@ -266,7 +267,7 @@ __global__ void __launch_bounds__(128 * (kD + 1), 1) split_kernel(int chunks, fl
       scale_regs<T, 0, kRBD>(sv, 1.0f, ws2, wsx);
 #pragma unroll
       for (int b = 0; b < kRBD; ++b) {
-        const uint32_t blk = abase + a * kA + (kRBD * wg + b) * 8192;
+        const uint32_t blk = abase + a * kA + (kRBD * wg + b) * kABlock;
         const uint32_t q[4] = {wv[b].x, wv[b].y, wv[b].z, wv[b].w};
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
@@ -303,7 +304,7 @@ __global__ void __launch_bounds__(128 * (kD + 1), 1) split_kernel(int chunks, fl
 template <int kD, int kAS, bool kFrag>
 void run_split(int sms, int chunks, float* sink, long long* dcyc) {
   const double best = cycles_per_chunk(split_kernel<kD, kAS, kFrag>, 128 * (kD + 1),
-                                       smem_bytes(64, 4) + kAS * 4 * 64 * 128 + 16 * kAS, sms, chunks, sink, dcyc);
+                                       smem_bytes(64, 4) + kAS * (4 * 64 * 128 + 16), sms, chunks, sink, dcyc);
   const double tensor = 4.0 * 4 * 32;
   std::printf("| 64 | 256 | %d + 1 | %d | dequant apart (%d A slots, %s stores) | %.0f | %.0f | %.2f |\n", kD,
               4 / kD, kAS, kFrag ? "fragment 4-byte" : "row 16-byte", best, tensor, best / tensor);
