@@ -72,6 +72,11 @@ const char* const kFormName[] = {"dequant + mma (the kernel's)", "mma, 2 groups"
 
 constexpr int kStages = kWgmmaStages;  // the kernel's ring
 constexpr int smem_bytes(int n, int rb) { return 1024 + kStages * wgmma_stage_bytes(n, rb); }
+// Tensor cycles of one chunk of rb row blocks and n tokens: rb·4 m64nNk16 at n / 2 cycles each.
+constexpr double tensor_cycles(int rb, int n) { return 4.0 * rb * (n / 2); }
+// split_kernel's A ring: one row block's 64 x 64 bf16 tile, four row blocks a slot, each slot with two mbarriers.
+constexpr int kSplitABlock = 64 * 128;
+constexpr int split_smem_bytes(int slots) { return smem_bytes(64, 4) + slots * (4 * kSplitABlock + 16); }
 
 #ifdef NVFP4_WGMMA
 // The ring's kStages stages of kN tokens and kRB row blocks, every stage full: activations small bf16 values; codes
@@ -196,7 +201,7 @@ __global__ void __launch_bounds__(128 * (kD + 1), 1) split_kernel(int chunks, fl
 #ifdef NVFP4_WGMMA
   using T = __nv_bfloat16;
   constexpr int kN = 64, kRB = 4, kRBD = kRB / kD, kStage = wgmma_stage_bytes(kN, kRB);
-  constexpr int kABlock = 64 * 128, kA = kRB * kABlock;  // one row block's A tile; a slot
+  constexpr int kABlock = kSplitABlock, kA = kRB * kABlock;  // one row block's A tile; a slot
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = smem_addr(smem_raw), base = (raw + 1023) & ~1023u;
   uint8_t* const ring = smem_raw + (base - raw);
@@ -221,11 +226,10 @@ __global__ void __launch_bounds__(128 * (kD + 1), 1) split_kernel(int chunks, fl
     for (int b = 0; b < kRB; ++b)
 #pragma unroll
       for (int i = 0; i < 32; ++i) acc[b][i] = 0.0f;
-    int s = 0, a = 0;
-    uint32_t ap = 0;
+    WgmmaRingPos qs{0, 0}, qa{0, 0}, prev{0, 0};  // the chunk's stage and A slot; the previous chunk's slot
     for (int i = 0; i < chunks; ++i) {
-      mbar_wait(afull0 + 8 * a, ap);
-      const uint64_t db = smem_desc(base + s * kStage), da = smem_desc(abase + a * kA);
+      mbar_wait(afull0 + 8 * qa.s, qa.parity);
+      const uint64_t db = smem_desc(base + qs.s * kStage), da = smem_desc(abase + qa.s * kA);
       wgmma_fence();
 #pragma unroll
       for (int k = 0; k < 4; ++k)
@@ -235,10 +239,11 @@ __global__ void __launch_bounds__(128 * (kD + 1), 1) split_kernel(int chunks, fl
       wgmma_wait<1>();  // the previous chunk's MMAs are done: its slot goes back
       if (i > 0) {
         __syncwarp();
-        if (lane == 0) mbar_arrive(aempty0 + 8 * (a == 0 ? kAS - 1 : a - 1));
+        if (lane == 0) mbar_arrive(aempty0 + 8 * prev.s);
       }
-      if (++s == kStages) s = 0;
-      if (++a == kAS) a = 0, ap ^= 1u;
+      prev = qa;
+      qs = wgmma_ring_next<kStages>(qs);
+      qa = wgmma_ring_next<kAS>(qa);
     }
     wgmma_wait<0>();
 #pragma unroll
@@ -252,11 +257,10 @@ __global__ void __launch_bounds__(128 * (kD + 1), 1) split_kernel(int chunks, fl
     const uint32_t codes_off = kN * 128 + (kRBD * wg) * kWgmmaCodeBytes + t * 16;
     const uint32_t scales_off = kN * 128 + kRB * kWgmmaCodeBytes + (kRBD * wg) * kWgmmaScaleBytes + t * 2;
     const int r = t >> 1, h = t & 1;  // this thread's row of each row block and its half of the chunk's K
-    int s = 0, a = 0;
-    uint32_t ap = 0;
+    WgmmaRingPos qs{0, 0}, qa{0, 0};  // the chunk's stage and A slot
     for (int i = 0; i < chunks; ++i) {
-      if (i >= kAS) mbar_wait(aempty0 + 8 * a, ap ^ 1u);
-      const uint32_t st = base + s * kStage;
+      if (i >= kAS) mbar_wait(aempty0 + 8 * qa.s, qa.parity ^ 1u);  // the slot's use kAS chunks ago is done
+      const uint32_t st = base + qs.s * kStage;
       uint4 wv[kRBD];
       uint32_t sv[kRBD], ws2[kRBD][2], wsx[kRBD][2];
 #pragma unroll
@@ -267,7 +271,7 @@ __global__ void __launch_bounds__(128 * (kD + 1), 1) split_kernel(int chunks, fl
       scale_regs<T, 0, kRBD>(sv, 1.0f, ws2, wsx);
 #pragma unroll
       for (int b = 0; b < kRBD; ++b) {
-        const uint32_t blk = abase + a * kA + (kRBD * wg + b) * kABlock;
+        const uint32_t blk = abase + qa.s * kA + (kRBD * wg + b) * kABlock;
         const uint32_t q[4] = {wv[b].x, wv[b].y, wv[b].z, wv[b].w};
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
@@ -289,9 +293,9 @@ __global__ void __launch_bounds__(128 * (kD + 1), 1) split_kernel(int chunks, fl
       }
       fence_proxy_async();  // generic stores, read by the MMAs (async proxy)
       __syncwarp();
-      if (lane == 0) mbar_arrive(afull0 + 8 * a);
-      if (++s == kStages) s = 0;
-      if (++a == kAS) a = 0, ap ^= 1u;
+      if (lane == 0) mbar_arrive(afull0 + 8 * qa.s);
+      qs = wgmma_ring_next<kStages>(qs);
+      qa = wgmma_ring_next<kAS>(qa);
     }
   }
   __syncthreads();
@@ -303,9 +307,9 @@ __global__ void __launch_bounds__(128 * (kD + 1), 1) split_kernel(int chunks, fl
 
 template <int kD, int kAS, bool kFrag>
 void run_split(int sms, int chunks, float* sink, long long* dcyc) {
-  const double best = cycles_per_chunk(split_kernel<kD, kAS, kFrag>, 128 * (kD + 1),
-                                       smem_bytes(64, 4) + kAS * (4 * 64 * 128 + 16), sms, chunks, sink, dcyc);
-  const double tensor = 4.0 * 4 * 32;
+  const double best =
+      cycles_per_chunk(split_kernel<kD, kAS, kFrag>, 128 * (kD + 1), split_smem_bytes(kAS), sms, chunks, sink, dcyc);
+  const double tensor = tensor_cycles(4, 64);
   std::printf("| 64 | 256 | %d + 1 | %d | dequant apart (%d A slots, %s stores) | %.0f | %.0f | %.2f |\n", kD,
               4 / kD, kAS, kFrag ? "fragment 4-byte" : "row 16-byte", best, tensor, best / tensor);
 }
@@ -314,7 +318,7 @@ template <int kN, int kW, int kB, int kForm>
 void run(int sms, int chunks, float* sink, long long* dcyc) {
   const double best =
       cycles_per_chunk(rate_kernel<kN, kW, kB, kForm>, 128 * kW, smem_bytes(kN, kW * kB), sms, chunks, sink, dcyc);
-  const double tensor = 4.0 * kW * kB * (kN / 2);  // cycles of tensor work per chunk
+  const double tensor = tensor_cycles(kW * kB, kN);
   std::printf("| %d | %d | %d | %d | %s | %.0f | %.0f | %.2f |\n", kN, kW * kB * 64, kW, kB, kFormName[kForm],
               best, tensor, best / tensor);
 }

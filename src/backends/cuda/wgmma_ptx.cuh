@@ -230,6 +230,11 @@ struct WgmmaRingPos {
   int s;
   uint32_t parity;
 };
+// The position of the chunk after q in a ring of kSlots.
+template <int kSlots>
+__device__ __forceinline__ WgmmaRingPos wgmma_ring_next(WgmmaRingPos q) {
+  return q.s + 1 == kSlots ? WgmmaRingPos{0, q.parity ^ 1u} : WgmmaRingPos{q.s + 1, q.parity};
+}
 // The consumers' walk over nc K chunks, the ring position stepped once per chunk rather than divided out.
 // chunk(q, a) waits for the chunk at ring position q and issues its two commit groups with A buffer a
 // (wgmma_chunk); release(q) hands q's stage back to the producer once the MMAs that read it are done.
@@ -242,7 +247,7 @@ struct WgmmaRingPos {
 template <int kStages, bool kTwoBuffers, typename A, typename Chunk, typename Release>
 __device__ __forceinline__ void wgmma_ring_walk(int nc, A& a0, A& a1, Chunk chunk, Release release) {
   using Pos = WgmmaRingPos;
-  auto next = [](Pos q) { return q.s + 1 == kStages ? Pos{0, q.parity ^ 1u} : Pos{q.s + 1, q.parity}; };
+  auto next = wgmma_ring_next<kStages>;
   Pos cur{0, 0};
   if constexpr (!kTwoBuffers) {
     for (int i = 0; i < nc; ++i, cur = next(cur)) {
