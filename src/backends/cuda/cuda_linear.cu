@@ -873,7 +873,7 @@ DecodeGrid forced_decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, const
   const bool wide = f.wk == detail::kWideWarps;
   NVFP4_CHECK((f.nw == 1 || f.nw == 2 || f.nw == 4) && !(g.nt == 4 && f.nw == 4),
               what + ": no kernel with that many tiles per warp");
-  NVFP4_CHECK(!f.light || (g.nt == 2 && f.nw <= 2) || (g.nt == 1 && f.nw == 2), what + ": no light variant");
+  NVFP4_CHECK(!f.light || (g.nt == 2 && f.nw == 1) || (g.nt == 1 && f.nw == 2), what + ": no light variant");
   NVFP4_CHECK(wide ? detail::has_wide_form(g.nt, f.nw, f.light) && kc >= 2 * detail::kWideWarps
                    : f.wk == 1 || f.wk == 2 || f.wk == 4 || f.wk == 8,
               what + ": no such K split (1, 2, 4, 8, or " + std::to_string(detail::kWideWarps) +

@@ -560,7 +560,7 @@ void launch_nt(const GemmParams& p, int nw, bool light, cudaStream_t stream) {
       }
       return launch_variant<T, kMode, kNT, 1, false, kQuant>(p, stream);
     case 2:
-      if constexpr (kNT <= 2) {
+      if constexpr (kNT == 1) {
         if (light) return launch_variant<T, kMode, kNT, 2, true, kQuant>(p, stream);
       }
       return launch_variant<T, kMode, kNT, 2, false, kQuant>(p, stream);
