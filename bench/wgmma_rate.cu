@@ -284,10 +284,7 @@ __global__ void __launch_bounds__(128 * (kD + 1), 1) split_kernel(int chunks, fl
               sts32(blk + fr * 128 + ((c ^ (fr & 7)) << 4) + (lane & 3) * 4, v[j]);
             }
           } else {
-            const uint32_t addr = blk + r * 128 + (((4 * h + k) ^ (r & 7)) << 4);
-            asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v[0]), "r"(v[1]), "r"(v[2]),
-                         "r"(v[3])
-                         : "memory");
+            sts128(blk + r * 128 + (((4 * h + k) ^ (r & 7)) << 4), v);
           }
         }
       }
