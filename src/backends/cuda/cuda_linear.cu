@@ -551,7 +551,7 @@ class CudaLinearImpl final : public CudaLinear {
   int sms_ = 132;
   int smem_per_sm_ = 0;
   int grid_rule_ = -1;
-  int default_rule_ = 13;  // default_grid_rule of the device
+  int default_rule_ = 15;  // default_grid_rule of the device
   int own_quant_ = -1;  // W4A4, the GEMM quantizing x itself: -1 default (row_quant, wgmma), 0 never
   int forced_splits_ = 0;  // wgmma kernel's K split, 0 = wgmma_split's
   int64_t wgmma_from_ = 33;  // the smallest M on the wgmma kernel (default_wgmma_from, or set_wgmma_from's)
@@ -674,7 +674,7 @@ int64_t default_wgmma_from(Semantics s, int64_t n, int64_t k, int sms) {
     const WgmmaGrid w = wgmma_grid(m, n, n16, kc, sms, own);
     return wgmma_call_us(m, n, n16, kc, sms, w.split, w.rows, own) + kWgmmaCallUs;
   };
-  // Rule 13 stands for either default rule: 14 differs from it only at M <= 16.
+  // Rule 13 stands for every default rule: 14 and 15 differ from it only at M <= 16.
   auto decode_at = [&](int64_t m) { return decode_grid(m, n16, kc, sms, 13, detail::Mode::Exact, k % 64 != 0); };
   const DecodeGrid g32 = decode_at(32);
   if (!fitted(g32)) return 33;
@@ -710,12 +710,13 @@ int64_t decode_blocks(int64_t mblocks, int64_t groups, int wk) {
 }  // namespace
 
 int default_grid_rule(double bytes_per_s_per_sm) {
-  return bytes_per_s_per_sm > 0 && bytes_per_s_per_sm < kLongBlockMaxBandwidthPerSm ? 14 : 13;
+  return bytes_per_s_per_sm > 0 && bytes_per_s_per_sm < kLongBlockMaxBandwidthPerSm ? 14 : 15;
 }
 
 DecodeGrid decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, int rule, detail::Mode mode, bool partial_chunk) {
-  // Rule 14: rule 13's, with a grid of more than two waves at its K split run as one wave of longer blocks (below).
-  const bool long_blocks = rule == 14;
+  // Rule 14: rule 13's, with a grid of more than two waves at its K split run as one wave of longer blocks (below);
+  // rule 15: the same only where rule 13's warps are short (at most kLongBlockMaxWarpChunks chunks each).
+  const bool long_blocks = rule == 14 || rule == 15, short_warps_only = rule == 15;
   if (long_blocks) rule = 13;
   // Rule 13: rule 11's grid, then the tail split where it applies (at the end).
   const bool tail = rule == 13;
@@ -790,8 +791,10 @@ DecodeGrid decode_grid(int64_t m, int64_t n16, int64_t kc, int sms, int rule, de
   // blocks (the warps of a block share their K range's activations in L1) and no last partial wave. On an H100
   // (docs/PERF.md, change 107) 57344x8192 at M = 1 95.1 -> 87.8 µs, M = 16 107.8 -> 93.6; 128256x4096 105.6 -> 98.1
   // and 127.3 -> 119.2; 57344x4096 50.8 -> 45.1 and 59.1 -> 49.1; the vLLM flavour's 16-token four-tile kernel
-  // 125.4 -> 132.7 on 57344x8192, which is why it keeps rule 13's grid.
+  // 125.4 -> 132.7 on 57344x8192, which is why it keeps rule 13's grid. Rule 15 (the H200's default) leaves grids whose
+  // warps have more than kLongBlockMaxWarpChunks chunks alone (cuda_linear_internal.h).
   if (long_blocks && (nt == 1 || mode == detail::Mode::Exact) && nt <= 2 &&
+      (!short_warps_only || ceil_div(kc, int64_t{wk}) <= kLongBlockMaxWarpChunks) &&
       decode_blocks(mblocks, groups, wk) > 2 * slots(nw)) {
     for (int w = wk / 2; w >= 1; w /= 2) {
       const int64_t b = decode_blocks(mblocks, groups, w);

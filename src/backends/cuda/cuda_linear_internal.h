@@ -39,7 +39,8 @@ void set_weight_tile_rows(CudaLinear& l, int rows);
 // applies; 11: as 10, and the wide form of the light 16-token kernel at M = 9-16; 12: as 11 with the wgmma kernel's
 // blocks of 192 rows wherever it runs; 13: as 11 with the decode kernel's tail split (decode_grid); 14: as 13, and
 // a decode grid of more than two waves (M <= 16) takes the smaller K split (a power of two) at which its blocks make
-// one wave of >= 80% of the slots, where there is one (docs/PERF.md). The default: 13 or 14 by default_grid_rule.
+// one wave of >= 80% of the slots, where there is one (docs/PERF.md); 15: as 14 where rule 13's warps have at most
+// kLongBlockMaxWarpChunks chunks each, else as 13. The default: 14 or 15 by default_grid_rule.
 void set_fused_grid_rule(CudaLinear& l, int rule);
 // W4A4: the GEMM quantizes the activations itself (true, the default) where it can, the decode kernel at M = 1
 // where row_quant_pays and the wgmma kernel's activation permutation always, or a quantizer kernel runs before it
@@ -79,11 +80,15 @@ bool row_quant_pays(const DecodeGrid& g, int64_t kc, int sms);
 
 // The grid rule a device runs by default (set_fused_grid_rule's numbering), from its memory bandwidth per SM
 // (bytes/s: the memory clock's two transfers per cycle times the bus width, over the SMs; 0 when unknown): rule 14
-// below kLongBlockMaxBandwidthPerSm, rule 13 at and above it. Rule 14's one wave of longer blocks was 7-17% faster on
-// an H100 SXM (3.35 TB/s over 132 SMs: 25 GB/s per SM) on the layers it changes; on an H200 (4.8 TB/s: 36 GB/s per
-// SM) that grid was 2.7% slower on 57344x8192 at M = 1 in the one measurement there (docs/PERF.md, changes 36 and
-// 107). The bound lies between the two.
+// below kLongBlockMaxBandwidthPerSm, rule 15 at and above it. Rule 14's one wave of longer blocks was 7-17% faster on
+// an H100 SXM (3.35 TB/s over 132 SMs: 25 GB/s per SM) on every layer it changes (docs/PERF.md, change 107). On an
+// H200 (4.8 TB/s: 36 GB/s per SM) it was 5-18% faster where rule 13's warps have 8 chunks (57344x4096 at M = 1 40.5
+// -> 38.3 µs, 128256x4096 85.7 -> 74.4) and 1.7-2.4% slower where they have 16 (57344x8192 at M = 1 71.2-71.7 ->
+// 72.4-72.9), so rule 15 takes it only on the former (change 136). The bound lies between the two cards.
 inline constexpr double kLongBlockMaxBandwidthPerSm = 30e9;
+// Rule 15: the most chunks per warp of rule 13's grid at which a grid of more than two waves runs as one wave of
+// longer blocks (see above: 8 measured faster on an H200, 16 slower at M = 1).
+inline constexpr int64_t kLongBlockMaxWarpChunks = 8;
 int default_grid_rule(double bytes_per_s_per_sm);
 
 // Measurements: the decode kernel's grid forced for every call that runs it: nw weight tiles per warp (1, 2 or 4;

@@ -615,17 +615,52 @@ TEST(CudaDecodeGrid, LongBlocksWhereAGridNeedsMoreThanTwoWaves) {
         EXPECT_EQ(g14.blocks, g13.blocks) << n16 << " m" << m;
       }
     }
-  // The default by bandwidth per SM: an H100 SXM's 3.35 TB/s over 132 SMs takes rule 14, an H200's 4.8 TB/s rule 13,
-  // an unknown bandwidth rule 13.
+  // The default by bandwidth per SM: an H100 SXM's 3.35 TB/s over 132 SMs takes rule 14, an H200's 4.8 TB/s rule 15,
+  // an unknown bandwidth rule 15.
   EXPECT_EQ(default_grid_rule(3.35e12 / 132), 14);
-  EXPECT_EQ(default_grid_rule(4.8e12 / 132), 13);
-  EXPECT_EQ(default_grid_rule(0), 13);
+  EXPECT_EQ(default_grid_rule(4.8e12 / 132), 15);
+  EXPECT_EQ(default_grid_rule(0), 15);
   // 40 token rows run 32-token tiles: rule 13's grid.
   EXPECT_EQ(decode_grid(40, 3584, 128, 132, 14).wk, decode_grid(40, 3584, 128, 132, 13).wk);
 }
 
 // A forced decode grid (measurements): the blocks of the grid asked for, worked out by hand, and a one-line
 // refusal for what has no kernel or no room. 640 tiles and 128 chunks (10240x8192), 132 SMs.
+// Rule 15: rule 14's grid where rule 13's warps have at most kLongBlockMaxWarpChunks (8) chunks, else rule 13's.
+// 57344x4096 (3584 tiles, 64 chunks) and 128256x4096 (8016 tiles): 8 chunks per warp at rule 13's split of 8, so
+// 224 blocks at a split of 2 and 251 unsplit as under rule 14; 57344x8192 (128 chunks): 16 per warp, so rule 13's 896
+// blocks; the GPU test's layer of rule 14 (K = 1024: 2 chunks per warp) rule 14's grid. Over a range of layers and
+// M <= 16, every semantics: rule 15's grid is rule 14's or rule 13's by that count.
+TEST(CudaDecodeGrid, Rule15TakesLongBlocksWhereRule13sWarpsAreShort) {
+  for (int64_t m : {1, 8, 16}) {
+    EXPECT_EQ(decode_grid(m, 3584, 64, 132, 15).wk, 2) << m;
+    EXPECT_EQ(decode_grid(m, 3584, 64, 132, 15).blocks, 224) << m;
+    EXPECT_EQ(decode_grid(m, 8016, 64, 132, 15).wk, 1) << m;
+    EXPECT_EQ(decode_grid(m, 8016, 64, 132, 15).blocks, 251) << m;
+    EXPECT_EQ(decode_grid(m, 3584, 128, 132, 15).wk, 8) << m;
+    EXPECT_EQ(decode_grid(m, 3584, 128, 132, 15).blocks, 896) << m;
+    EXPECT_EQ(decode_grid(m, 4064, 16, 132, 15).blocks, decode_grid(m, 4064, 16, 132, 14).blocks) << m;
+  }
+  auto same = [](const DecodeGrid& a, const DecodeGrid& b) {
+    return a.nt == b.nt && a.nw == b.nw && a.wk == b.wk && a.blocks == b.blocks && a.light == b.light &&
+           a.split_parts == b.split_parts;
+  };
+  int long_seen = 0, kept_seen = 0;
+  for (detail::Mode mode : {detail::Mode::Exact, detail::Mode::Vllm, detail::Mode::VllmPow2})
+    for (int64_t kc : {16, 32, 64, 96, 128, 224})
+      for (int64_t n16 : {256, 640, 1792, 2304, 3584, 4064, 8016})
+        for (int64_t m : {1, 8, 9, 16}) {
+          const DecodeGrid g13 = decode_grid(m, n16, kc, 132, 13, mode, false);
+          const DecodeGrid g14 = decode_grid(m, n16, kc, 132, 14, mode, false);
+          const DecodeGrid g15 = decode_grid(m, n16, kc, 132, 15, mode, false);
+          const bool short_warps = (kc + g13.wk - 1) / g13.wk <= kLongBlockMaxWarpChunks;
+          EXPECT_TRUE(same(g15, short_warps ? g14 : g13)) << n16 << "x" << kc << " m" << m;
+          if (!same(g13, g14)) ++(short_warps ? long_seen : kept_seen);
+        }
+  EXPECT_GT(long_seen, 0);  // the range holds grids of both kinds
+  EXPECT_GT(kept_seen, 0);
+}
+
 TEST(CudaDecodeGrid, ForcedGridCountsItsBlocksAndRefusesWhatHasNoKernel) {
   struct Case {
     int64_t m;
