@@ -83,8 +83,8 @@ bool row_quant_pays(const DecodeGrid& g, int64_t kc, int sms);
 // below kLongBlockMaxBandwidthPerSm, rule 15 at and above it. Rule 14's one wave of longer blocks was 7-17% faster on
 // an H100 SXM (3.35 TB/s over 132 SMs: 25 GB/s per SM) on every layer it changes (docs/PERF.md, change 107). On an
 // H200 (4.8 TB/s: 36 GB/s per SM) it was 5-18% faster where rule 13's warps have 8 chunks (57344x4096 at M = 1 40.5
-// -> 38.3 µs, 128256x4096 85.7 -> 74.4) and 1.7-2.4% slower where they have 16 (57344x8192 at M = 1 71.2-71.7 ->
-// 72.4-72.9), so rule 15 takes it only on the former (change 136). The bound lies between the two cards.
+// -> 38.3 µs, 128256x4096 85.7 -> 74.4) and 1.7-3.2% slower where they have 16 (57344x8192 at M = 1 71.2-71.7 ->
+// 72.4-73.5), so rule 15 takes it only on the former (change 136). The bound lies between the two cards.
 inline constexpr double kLongBlockMaxBandwidthPerSm = 30e9;
 // Rule 15: the most chunks per warp of rule 13's grid at which a grid of more than two waves runs as one wave of
 // longer blocks (see above: 8 measured faster on an H200, 16 slower at M = 1).
