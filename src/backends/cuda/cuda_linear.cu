@@ -551,7 +551,7 @@ class CudaLinearImpl final : public CudaLinear {
   int sms_ = 132;
   int smem_per_sm_ = 0;
   int grid_rule_ = -1;
-  int default_rule_ = 15;  // default_grid_rule of the device
+  int default_rule_ = default_grid_rule(0);  // the device's, set by the constructor
   int own_quant_ = -1;  // W4A4, the GEMM quantizing x itself: -1 default (row_quant, wgmma), 0 never
   int forced_splits_ = 0;  // wgmma kernel's K split, 0 = wgmma_split's
   int64_t wgmma_from_ = 33;  // the smallest M on the wgmma kernel (default_wgmma_from, or set_wgmma_from's)

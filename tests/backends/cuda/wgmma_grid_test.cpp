@@ -624,8 +624,6 @@ TEST(CudaDecodeGrid, LongBlocksWhereAGridNeedsMoreThanTwoWaves) {
   EXPECT_EQ(decode_grid(40, 3584, 128, 132, 14).wk, decode_grid(40, 3584, 128, 132, 13).wk);
 }
 
-// A forced decode grid (measurements): the blocks of the grid asked for, worked out by hand, and a one-line
-// refusal for what has no kernel or no room. 640 tiles and 128 chunks (10240x8192), 132 SMs.
 // Rule 15: rule 14's grid where rule 13's warps have at most kLongBlockMaxWarpChunks (8) chunks, else rule 13's.
 // 57344x4096 (3584 tiles, 64 chunks) and 128256x4096 (8016 tiles): 8 chunks per warp at rule 13's split of 8, so
 // 224 blocks at a split of 2 and 251 unsplit as under rule 14; 57344x8192 (128 chunks): 16 per warp, so rule 13's 896
@@ -653,7 +651,7 @@ TEST(CudaDecodeGrid, Rule15TakesLongBlocksWhereRule13sWarpsAreShort) {
           const DecodeGrid g13 = decode_grid(m, n16, kc, 132, 13, mode, false);
           const DecodeGrid g14 = decode_grid(m, n16, kc, 132, 14, mode, false);
           const DecodeGrid g15 = decode_grid(m, n16, kc, 132, 15, mode, false);
-          const bool short_warps = (kc + g13.wk - 1) / g13.wk <= kLongBlockMaxWarpChunks;
+          const bool short_warps = ceil_div(kc, g13.wk) <= kLongBlockMaxWarpChunks;
           EXPECT_TRUE(same(g15, short_warps ? g14 : g13)) << n16 << "x" << kc << " m" << m;
           if (!same(g13, g14)) ++(short_warps ? long_seen : kept_seen);
         }
@@ -661,6 +659,8 @@ TEST(CudaDecodeGrid, Rule15TakesLongBlocksWhereRule13sWarpsAreShort) {
   EXPECT_GT(kept_seen, 0);
 }
 
+// A forced decode grid (measurements): the blocks of the grid asked for, worked out by hand, and a one-line
+// refusal for what has no kernel or no room. 640 tiles and 128 chunks (10240x8192), 132 SMs.
 TEST(CudaDecodeGrid, ForcedGridCountsItsBlocksAndRefusesWhatHasNoKernel) {
   struct Case {
     int64_t m;
