@@ -24,7 +24,7 @@ int run_calibrate(int argc, char** argv) {
   app.add_option("-o,--output", out, "output JSON file {module: amax}")->required();
   app.add_option("--ctx", window, "window size in tokens (default 512)")->check(CLI::Range(int64_t(2), int64_t(1) << 20));
   app.add_option("--max-tokens", max_tokens, "use only the first N tokens (0 = all)")->check(CLI::Range(int64_t(0), int64_t(1) << 40));
-  app.add_option("-t,--threads", threads, "CPU threads")->check(CLI::Range(0, 4096));
+  app.add_option("-t,--threads", threads, "CPU threads")->check(CLI::Range(0, nvfp4::kMaxThreads));
   app.add_flag("-v,--verbose", verbose, "debug logging");
   if (int rc = nvfp4::cli::parse(app, argc, argv); rc >= 0) return rc;
   if (threads > 0) nvfp4::set_num_threads(threads);

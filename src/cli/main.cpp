@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -10,6 +11,7 @@
 
 #include "cli/verbs.h"
 #include "common/error.h"
+#include "common/parallel.h"
 
 #include <unistd.h>
 
@@ -94,6 +96,15 @@ int main(int argc, char** argv) {
   }
   for (const auto& v : nvfp4::cli::verbs()) {
     if (verb != v.name) continue;
+    // The thread pool cannot report a bad NVFP4_NUM_THREADS (it falls back to every core); refuse it here.
+    if (const char* t = std::getenv("NVFP4_NUM_THREADS"); t && *t) {
+      int n = 0;
+      if (!nvfp4::parse_thread_count(t, &n)) {
+        std::fprintf(stderr, "error: NVFP4_NUM_THREADS: invalid value '%s' (valid: an integer from 1 to %d)\n", t,
+                     nvfp4::kMaxThreads);
+        return 2;
+      }
+    }
     std::string prog = std::string("nvfp4 ") + v.name;
     std::vector<char*> args(argv + 1, argv + argc);
     args[0] = prog.data();

@@ -16,7 +16,7 @@ void add_model_flags(CLI::App& app, ModelFlags* f) {
   app.add_option("--semantics", f->semantics,
                  "semantics of the quantized linears: w4a16, w4a4 or w4a4-vllm (default: dispatch)");
   app.add_option("-t,--threads", f->threads, "CPU threads (default: NVFP4_NUM_THREADS or all cores)")
-      ->check(CLI::Range(0, 4096));
+      ->check(CLI::Range(0, kMaxThreads));
   app.add_flag("-v,--verbose", f->verbose, "debug logging");
   add_ops_flag(app, &f->ops);
   add_dispatch_flags(app, &f->dispatch);

@@ -148,10 +148,8 @@ class Pool {
 };
 
 int default_threads() {
-  if (const char* s = std::getenv("NVFP4_NUM_THREADS")) {
-    int n = std::atoi(s);
-    if (n >= 1) return n;
-  }
+  int n = 0;
+  if (parse_thread_count(std::getenv("NVFP4_NUM_THREADS"), &n)) return n;
   unsigned h = std::thread::hardware_concurrency();
   return h == 0 ? 1 : static_cast<int>(h);
 }
@@ -164,6 +162,19 @@ Pool& pool() {
 thread_local bool t_in_region = false;
 
 }  // namespace
+
+bool parse_thread_count(const char* s, int* n) {
+  if (!s || !*s) return false;
+  int v = 0;
+  for (const char* c = s; *c; ++c) {
+    if (*c < '0' || *c > '9') return false;
+    v = v * 10 + (*c - '0');
+    if (v > kMaxThreads) return false;
+  }
+  if (v < 1) return false;
+  *n = v;
+  return true;
+}
 
 int num_threads() { return pool().size(); }
 

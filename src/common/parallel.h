@@ -6,6 +6,12 @@
 
 namespace nvfp4 {
 
+// Largest thread count accepted from NVFP4_NUM_THREADS and `--threads`.
+constexpr int kMaxThreads = 4096;
+// A thread count as NVFP4_NUM_THREADS spells it: a decimal integer from 1 to kMaxThreads, nothing else. The pool
+// ignores any other value (it cannot report one); the command line refuses it with a usage error.
+bool parse_thread_count(const char* s, int* n);
+
 // Number of worker threads parallel_for uses (>= 1).
 int num_threads();
 // Override the thread count (>= 1); takes effect for later calls.

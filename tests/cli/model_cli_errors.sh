@@ -39,6 +39,12 @@ expect 2 "output"       -- calibrate -m "$tmp" -f /dev/null
 expect 1 "$tmp/nope"    -- calibrate -m "$tmp/nope" -f /dev/null -o "$tmp/a.json"
 [ -e "$tmp/a.json" ] && { echo "FAIL: calibrate left $tmp/a.json"; fails=$((fails + 1)); }
 expect 1 "$tmp/nope: no such model directory" -- run -m "$tmp/nope" -p hi
+# NVFP4_NUM_THREADS: anything but an integer 1-4096 is a usage error for every verb (empty: unset).
+NVFP4_NUM_THREADS=abc expect 2 "NVFP4_NUM_THREADS: invalid value 'abc'" -- run -m "$tmp/nope" -p hi
+NVFP4_NUM_THREADS=0 expect 2 "NVFP4_NUM_THREADS" -- inspect "$tmp/nope"
+NVFP4_NUM_THREADS=4097 expect 2 "NVFP4_NUM_THREADS" -- eval -m "$tmp/nope" -f /dev/null
+NVFP4_NUM_THREADS=2 expect 1 "$tmp/nope: no such model directory" -- run -m "$tmp/nope" -p hi
+NVFP4_NUM_THREADS= expect 1 "$tmp/nope: no such model directory" -- run -m "$tmp/nope" -p hi
 printf 'x' >"$tmp/afile"
 expect 1 "$tmp/afile: not a directory" -- eval -m "$tmp/afile" -f /dev/null
 

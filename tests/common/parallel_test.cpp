@@ -1,7 +1,7 @@
 // The thread pool behind parallel_for (common/parallel.h): every index of every region runs exactly once and
 // is finished (its writes visible) when parallel_for returns, over many regions in quick succession (where a
 // worker still leaving one region meets the next) and several thread counts; exceptions reach the caller and
-// leave the pool usable; nested regions run inline.
+// leave the pool usable; nested regions run inline; NVFP4_NUM_THREADS's spelling.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -62,6 +62,22 @@ TEST(ParallelFor, NestedRegionsRunInline) {
     for (size_t i = b; i < e; ++i) parallel_for(10, 1, [&](size_t ib, size_t ie) { inner += static_cast<int>(ie - ib); });
   });
   EXPECT_EQ(inner.load(), 80);
+}
+
+TEST(ThreadCount, OnlyADecimalIntegerFromOneToTheMaximum) {
+  int n = -1;
+  EXPECT_TRUE(parse_thread_count("1", &n));
+  EXPECT_EQ(n, 1);
+  EXPECT_TRUE(parse_thread_count("16", &n));
+  EXPECT_EQ(n, 16);
+  EXPECT_TRUE(parse_thread_count("4096", &n));
+  EXPECT_EQ(n, kMaxThreads);
+  n = -1;
+  for (const char* bad : {"", "0", "4097", "-2", "+2", "2x", "x2", " 2", "2 ", "1.5", "abc", "99999999999999999999"}) {
+    EXPECT_FALSE(parse_thread_count(bad, &n)) << "'" << bad << "'";
+    EXPECT_EQ(n, -1) << "'" << bad << "' changed the output";
+  }
+  EXPECT_FALSE(parse_thread_count(nullptr, &n));
 }
 
 }  // namespace
