@@ -9,6 +9,11 @@
 #include "common/parallel.h"
 #include "format/numerics.h"
 
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#include <immintrin.h>
+#define NVFP4_DENSE_AVX2 1
+#endif
+
 // The 16-lane helpers are always inlined into their callers; the ABI note about passing them is moot.
 #pragma GCC diagnostic ignored "-Wpsabi"
 
@@ -165,24 +170,150 @@ void matmul_rows_f32(const float* x, int64_t m, int64_t k, const float* w, int64
   }
 }
 
+#ifdef NVFP4_DENSE_AVX2
+// The dense rows written for AVX2 (8-lane registers): the portable code's AVX2 clone kept its 16-lane sums in
+// memory and widened the 16-bit weights element by element (SmolLM2's lm_head, 49152 x 576 bf16 at one token:
+// 11.3 ms on 2 cores, 5 GB/s of a 34 GB/s memory; docs/PERF.md "CPU dense matmul"). Every output is the portable
+// code's sequence of operations: lanes 0-7 and 8-15 of its 16-lane sum are the two registers of a pair, each
+// product x·w added in increasing K, then hsum's pairwise order, then the scalar tail.
+namespace avx2 {
+struct Bf16x8 {
+  using E = uint16_t;
+  __attribute__((target("avx2"), always_inline)) static inline __m256 load(const uint16_t* p) {
+    const __m256i u = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
+  }
+  static float one(uint16_t b) { return bf16_to_f32(b); }
+};
+// load16_f16's integer and f32 steps, 8 lanes.
+struct F16x8 {
+  using E = uint16_t;
+  __attribute__((target("avx2"), always_inline)) static inline __m256 load(const uint16_t* p) {
+    const __m256i u = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    const __m256i mag = _mm256_and_si256(u, _mm256_set1_epi32(0x7fff));
+    const __m256i shifted = _mm256_slli_epi32(mag, 13);
+    const __m256 f = _mm256_mul_ps(_mm256_castsi256_ps(shifted), _mm256_set1_ps(0x1p112f));
+    const __m256i special = _mm256_cmpgt_epi32(mag, _mm256_set1_epi32(0x7bff));
+    __m256i r = _mm256_blendv_epi8(_mm256_castps_si256(f), _mm256_or_si256(shifted, _mm256_set1_epi32(0x7f800000)),
+                                   special);
+    r = _mm256_or_si256(r, _mm256_slli_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x8000)), 16));
+    return _mm256_castsi256_ps(r);
+  }
+  static float one(uint16_t b) { return f16_to_f32(b); }
+};
+struct F32x8 {
+  using E = float;
+  __attribute__((target("avx2"), always_inline)) static inline __m256 load(const float* p) { return _mm256_loadu_ps(p); }
+  static float one(float v) { return v; }
+};
+
+// hsum of the 16 lanes (lo: 0-7, hi: 8-15) in the same order.
+__attribute__((target("avx2"), always_inline)) inline float hsum(__m256 lo, __m256 hi) {
+  const __m256 s8 = _mm256_add_ps(lo, hi);
+  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  const __m128 t = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));  // s4[0] + s4[2], s4[1] + s4[3]
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+}
+
+// Outputs of kR weight rows from r0 and kT tokens from t0: 2·kR·kT running sums in registers.
+template <class W, int kR, int kT>
+__attribute__((target("avx2"), always_inline)) inline void tile(const float* x, int64_t k, const typename W::E* w,
+                                                               int64_t n, int64_t r0, int64_t t0, float* acc) {
+  const int64_t kv = k / 16 * 16;
+  __m256 s[kR][kT][2];
+  for (int i = 0; i < kR; ++i)
+    for (int t = 0; t < kT; ++t) s[i][t][0] = s[i][t][1] = _mm256_setzero_ps();
+  for (int64_t j = 0; j < kv; j += 16) {
+    for (int i = 0; i < kR; ++i) {
+      const typename W::E* wr = w + (r0 + i) * k + j;
+      const __m256 w0 = W::load(wr), w1 = W::load(wr + 8);
+      for (int t = 0; t < kT; ++t) {
+        const float* xt = x + (t0 + t) * k + j;
+        s[i][t][0] = _mm256_add_ps(s[i][t][0], _mm256_mul_ps(_mm256_loadu_ps(xt), w0));
+        s[i][t][1] = _mm256_add_ps(s[i][t][1], _mm256_mul_ps(_mm256_loadu_ps(xt + 8), w1));
+      }
+    }
+  }
+  for (int i = 0; i < kR; ++i) {
+    const typename W::E* wr = w + (r0 + i) * k;
+    for (int t = 0; t < kT; ++t) {
+      const float* xt = x + (t0 + t) * k;
+      float v = hsum(s[i][t][0], s[i][t][1]);
+      for (int64_t j = kv; j < k; ++j) v += xt[j] * W::one(wr[j]);
+      acc[(t0 + t) * n + r0 + i] = v;
+    }
+  }
+}
+
+// Rows n0..n1: four tokens at a time per row (each weight vector widened once for them), the tokens left one
+// at a time over four rows at once (four independent pairs of sums: decode's one token is not bound by the add
+// latency of one).
+template <class W>
+__attribute__((target("avx2"))) void rows(const float* x, int64_t m, int64_t k, const typename W::E* w, int64_t n,
+                                          int64_t n0, int64_t n1, float* acc) {
+  for (int64_t r = n0; r < n1; r += 4) {
+    const int64_t rr = std::min<int64_t>(4, n1 - r);
+    int64_t t = 0;
+    for (; t + 4 <= m; t += 4)
+      for (int64_t i = 0; i < rr; ++i) tile<W, 1, 4>(x, k, w, n, r + i, t, acc);
+    for (; t < m; ++t) {
+      if (rr == 4) {
+        tile<W, 4, 1>(x, k, w, n, r, t, acc);
+      } else {
+        for (int64_t i = 0; i < rr; ++i) tile<W, 1, 1>(x, k, w, n, r + i, t, acc);
+      }
+    }
+  }
+}
+}  // namespace avx2
+#endif
+
+bool avx2_is_best() {
+#ifdef NVFP4_DENSE_AVX2
+  static const bool yes = __builtin_cpu_supports("avx2") && !__builtin_cpu_supports("avx512f");
+  return yes;
+#else
+  return false;
+#endif
+}
+
 }  // namespace
 
-void dense_matmul(const float* x, int64_t m, const DenseWeight& w, float* acc) {
+bool dense_kernel_available(DenseKernel kernel) {
+#ifdef NVFP4_DENSE_AVX2
+  if (kernel == DenseKernel::Avx2) return __builtin_cpu_supports("avx2");
+#else
+  if (kernel == DenseKernel::Avx2) return false;
+#endif
+  return true;
+}
+
+void dense_matmul(const float* x, int64_t m, const DenseWeight& w, float* acc, DenseKernel kernel) {
   if (m <= 0) return;
-  if (w.dtype == DType::BF16 || w.dtype == DType::F16) {
+  NVFP4_CHECK(dense_kernel_available(kernel), "dense_matmul: the AVX2 kernel needs a CPU with AVX2");
+  const bool use_avx2 = kernel == DenseKernel::Avx2 || (kernel == DenseKernel::Auto && avx2_is_best());
+  const bool is16 = w.dtype == DType::BF16 || w.dtype == DType::F16;
+  if (is16) {
     NVFP4_CHECK(w.bits != nullptr, "dense_matmul: missing 16-bit weight");
-    const bool bf16 = w.dtype == DType::BF16;
-    parallel_for(static_cast<size_t>(w.n), 32, [&](size_t a, size_t b) {
-      if (bf16) matmul_rows_bf16(x, m, w.k, w.bits, w.n, static_cast<int64_t>(a), static_cast<int64_t>(b), acc);
-      else matmul_rows_f16(x, m, w.k, w.bits, w.n, static_cast<int64_t>(a), static_cast<int64_t>(b), acc);
-    });
   } else {
     NVFP4_CHECK(w.dtype == DType::F32, "dense_matmul: weight dtype must be bf16, f16 or f32");
     NVFP4_CHECK(w.f32 != nullptr, "dense_matmul: missing f32 weight");
-    parallel_for(static_cast<size_t>(w.n), 32, [&](size_t a, size_t b) {
-      matmul_rows_f32(x, m, w.k, w.f32, w.n, static_cast<int64_t>(a), static_cast<int64_t>(b), acc);
-    });
   }
+  parallel_for(static_cast<size_t>(w.n), 32, [&](size_t a, size_t b) {
+    const int64_t n0 = static_cast<int64_t>(a), n1 = static_cast<int64_t>(b);
+#ifdef NVFP4_DENSE_AVX2
+    if (use_avx2) {
+      if (w.dtype == DType::BF16) avx2::rows<avx2::Bf16x8>(x, m, w.k, w.bits, w.n, n0, n1, acc);
+      else if (w.dtype == DType::F16) avx2::rows<avx2::F16x8>(x, m, w.k, w.bits, w.n, n0, n1, acc);
+      else avx2::rows<avx2::F32x8>(x, m, w.k, w.f32, w.n, n0, n1, acc);
+      return;
+    }
+#endif
+    (void)use_avx2;
+    if (w.dtype == DType::BF16) matmul_rows_bf16(x, m, w.k, w.bits, w.n, n0, n1, acc);
+    else if (w.dtype == DType::F16) matmul_rows_f16(x, m, w.k, w.bits, w.n, n0, n1, acc);
+    else matmul_rows_f32(x, m, w.k, w.f32, w.n, n0, n1, acc);
+  });
 }
 
 namespace {

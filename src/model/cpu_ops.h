@@ -2,7 +2,9 @@
 // arrays whose values are already rounded to the activation dtype T; each op says where it rounds to T.
 // The inner loops use GCC/Clang vector extensions (16 lanes) so they vectorise with -O2 under the project's
 // -ffp-contract=off (no reassociation is needed: the lanes are explicit); hot functions are compiled for
-// AVX-512, AVX2 and the baseline, picked at load time (target_clones).
+// AVX-512, AVX2 and the baseline, picked at load time (target_clones). The dense matmul also has AVX2 intrinsics
+// (8-lane register pairs, the same order of operations) for CPUs with AVX2 and no AVX-512, where the AVX2 clone
+// of the 16-lane code kept its sums on the stack (dense_matmul, DenseKernel).
 #pragma once
 #include <cstdint>
 
@@ -19,10 +21,17 @@ struct DenseWeight {
   const float* f32 = nullptr;
 };
 
-// acc (m, N) f32 = x (m, K) f32 · Wᵀ, accumulated in f32 (16 lanes, then a fixed pairwise lane sum).
-// A 16-bit weight is widened to f32 on use; the widening is exact, so the result is bit-identical to that of
-// an F32 DenseWeight holding the same values. Thread-parallel over N (common/parallel.h).
-void dense_matmul(const float* x, int64_t m, const DenseWeight& w, float* acc);
+// Which code dense_matmul runs: Auto picks AVX2 intrinsics on x86 CPUs that have AVX2 but not AVX-512F, else the
+// portable code (compiled for AVX-512, AVX2 and the baseline); the two give the same bits. The tests name them.
+enum class DenseKernel { Auto, Portable, Avx2 };
+// Whether `kernel` can run on this CPU and build (Avx2: an x86 GCC build on a CPU with AVX2).
+bool dense_kernel_available(DenseKernel kernel);
+
+// acc (m, N) f32 = x (m, K) f32 · Wᵀ, accumulated in f32 (16 lanes, i ≡ lane mod 16 in increasing i, then a fixed
+// pairwise lane sum, then the scalar tail past the last multiple of 16). A 16-bit weight is widened to f32 on use;
+// the widening is exact, so the result is bit-identical to that of an F32 DenseWeight holding the same values.
+// Thread-parallel over N (common/parallel.h). An unavailable kernel named explicitly is an Error.
+void dense_matmul(const float* x, int64_t m, const DenseWeight& w, float* acc, DenseKernel kernel = DenseKernel::Auto);
 
 // The attention's products over `count` rows of n values, ld apart (cache rows):
 // out[t] = Σ_i q[i]·rows[t·ld + i], each in 16 f32 lanes (i ≡ lane mod 16, in increasing i) then a fixed

@@ -2,63 +2,95 @@
 //   1. every fp16 and bf16 code, at every lane of the 16-wide loads and in the scalar tail, comes out as
 //      format/numerics' from_bits16 value (NaN as NaN), and
 //   2. on random data the result is bit-identical to dense_matmul over an F32 weight holding the widened
-//      values (the path an f16 model's dense linears took when they were stored as f32).
+//      values (the path an f16 model's dense linears took when they were stored as f32), and
+//   3. every kernel (the portable code and, where the CPU has AVX2, the AVX2 intrinsics) gives, for bf16, f16 and
+//      f32 weights, the bits of a scalar model of the documented order (16 lanes by K, the pairwise lane sum,
+//      the scalar tail), over token counts and row counts that reach every tile of both kernels.
 // No tolerance: any difference is a bug.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <random>
 #include <vector>
 
+#include "common/error.h"
 #include "format/numerics.h"
 #include "model/cpu_ops.h"
 
 using nvfp4::DType;
+using nvfp4::model::DenseKernel;
 using nvfp4::model::DenseWeight;
 
 namespace {
 
 // acc (m, n) for a 16-bit weight w (n, k) of dtype t, into a buffer poisoned with `poison`.
 std::vector<float> run16(const std::vector<uint16_t>& w, DType t, int64_t n, int64_t k, const std::vector<float>& x,
-                         int64_t m, float poison) {
+                         int64_t m, float poison, DenseKernel kernel = DenseKernel::Auto) {
   DenseWeight d;
   d.n = n;
   d.k = k;
   d.dtype = t;
   d.bits = w.data();
   std::vector<float> acc(static_cast<size_t>(m * n), poison);
-  nvfp4::model::dense_matmul(x.data(), m, d, acc.data());
+  nvfp4::model::dense_matmul(x.data(), m, d, acc.data(), kernel);
   return acc;
 }
 
 std::vector<float> run32(const std::vector<float>& w, int64_t n, int64_t k, const std::vector<float>& x, int64_t m,
-                         float poison) {
+                         float poison, DenseKernel kernel = DenseKernel::Auto) {
   DenseWeight d;
   d.n = n;
   d.k = k;
   d.dtype = DType::F32;
   d.f32 = w.data();
   std::vector<float> acc(static_cast<size_t>(m * n), poison);
-  nvfp4::model::dense_matmul(x.data(), m, d, acc.data());
+  nvfp4::model::dense_matmul(x.data(), m, d, acc.data(), kernel);
   return acc;
+}
+
+// The documented order for one output, in scalars: lane l sums x[i]·w[i] for i ≡ l (mod 16), i < K rounded down
+// to 16, in increasing i; then a[l] + a[l + 8], then the same with 4, then (b0 + b2) + (b1 + b3); then the tail.
+float model_dot(const float* x, const float* w, int64_t k) {
+  const int64_t kv = k / 16 * 16;
+  float lane[16] = {};
+  for (int64_t i = 0; i < kv; ++i) lane[i % 16] = lane[i % 16] + x[i] * w[i];
+  float s8[8], s4[4];
+  for (int l = 0; l < 8; ++l) s8[l] = lane[l] + lane[l + 8];
+  for (int l = 0; l < 4; ++l) s4[l] = s8[l] + s8[l + 4];
+  float t = (s4[0] + s4[2]) + (s4[1] + s4[3]);
+  for (int64_t i = kv; i < k; ++i) t = t + x[i] * w[i];
+  return t;
+}
+
+std::vector<DenseKernel> kernels_here() {
+  std::vector<DenseKernel> v{DenseKernel::Auto, DenseKernel::Portable};
+  if (nvfp4::model::dense_kernel_available(DenseKernel::Avx2)) v.push_back(DenseKernel::Avx2);
+  return v;
+}
+const char* kernel_name(DenseKernel k) {
+  return k == DenseKernel::Auto ? "auto" : k == DenseKernel::Portable ? "portable" : "avx2";
 }
 
 // Row c of the weight holds code c at column c % k and +0 elsewhere; x is all ones, so output (i, c) is
 // code c widened (+ zeros: -0 may come out as +0, so values are compared, not bits). k = 17 puts codes in
 // all 16 lanes of the vector loads and in the scalar tail; m = 5 runs the 4-token block and a single token.
-void check_every_code(DType t) {
+void check_every_code(DType t, DenseKernel kernel) {
   const int64_t n = 65536, k = 17, m = 5;
   std::vector<uint16_t> w(static_cast<size_t>(n * k), 0);
   for (int64_t c = 0; c < n; ++c) w[static_cast<size_t>(c * k + c % k)] = static_cast<uint16_t>(c);
   const std::vector<float> x(static_cast<size_t>(m * k), 1.0f);
-  const std::vector<float> acc = run16(w, t, n, k, x, m, -12345.0f);
+  const std::vector<float> acc = run16(w, t, n, k, x, m, -12345.0f, kernel);
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t c = 0; c < n; ++c) {
       const float want = nvfp4::from_bits16(t, static_cast<uint16_t>(c));
       const float got = acc[static_cast<size_t>(i * n + c)];
-      if (std::isnan(want)) ASSERT_TRUE(std::isnan(got)) << nvfp4::dtype_name(t) << " code " << c << " token " << i;
-      else ASSERT_EQ(got, want) << nvfp4::dtype_name(t) << " code " << c << " token " << i;
+      if (std::isnan(want))
+        ASSERT_TRUE(std::isnan(got)) << nvfp4::dtype_name(t) << " code " << c << " token " << i << " "
+                                     << kernel_name(kernel);
+      else
+        ASSERT_EQ(got, want) << nvfp4::dtype_name(t) << " code " << c << " token " << i << " " << kernel_name(kernel);
     }
   }
 }
@@ -95,9 +127,67 @@ void check_bit_identical_to_f32(DType t, unsigned seed) {
   }
 }
 
+// Random finite weights of dtype t (F32: random f32 values) against model_dot, for every kernel here. n = 67 and
+// 70 leave 3 and 2 rows past the last group of 4 (the AVX2 kernel's one-row tiles), n = 32 ends on a full group;
+// m = 1-3 take the four-row tiles, 4 and 8 the four-token tiles, 5, 6, 7 and 9 both.
+void check_against_model(DType t, unsigned seed) {
+  std::mt19937 g(seed);
+  std::uniform_int_distribution<int> code(0, 65535);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (const int64_t k : {16, 17, 87, 160, 576}) {
+    for (const int64_t n : {32, 67, 70}) {
+      std::vector<uint16_t> w16(static_cast<size_t>(n * k));
+      std::vector<float> wf(w16.size());
+      for (size_t i = 0; i < wf.size(); ++i) {
+        if (t == DType::F32) {
+          wf[i] = u(g) * std::ldexp(1.0f, static_cast<int>(code(g) % 40) - 20);
+          continue;
+        }
+        do {
+          w16[i] = static_cast<uint16_t>(code(g));
+          wf[i] = nvfp4::from_bits16(t, w16[i]);
+        } while (!std::isfinite(wf[i]) || std::fabs(wf[i]) > 1e30f);
+      }
+      for (const int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9}) {
+        std::vector<float> x(static_cast<size_t>(m * k));
+        for (auto& v : x) v = u(g);
+        for (const DenseKernel kern : kernels_here()) {
+          const std::vector<float> a =
+              t == DType::F32 ? run32(wf, n, k, x, m, 12345.0f, kern) : run16(w16, t, n, k, x, m, 12345.0f, kern);
+          for (int64_t i = 0; i < m; ++i)
+            for (int64_t r = 0; r < n; ++r) {
+              const float want = model_dot(&x[static_cast<size_t>(i * k)], &wf[static_cast<size_t>(r * k)], k);
+              const float got = a[static_cast<size_t>(i * n + r)];
+              ASSERT_EQ(nvfp4::f32_bits(got), nvfp4::f32_bits(want))
+                  << nvfp4::dtype_name(t) << " " << kernel_name(kern) << " k " << k << " n " << n << " m " << m
+                  << " token " << i << " row " << r << ": " << got << " vs " << want;
+            }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
-TEST(Dense16, EveryF16CodeWidensExactly) { check_every_code(DType::F16); }
-TEST(Dense16, EveryBf16CodeWidensExactly) { check_every_code(DType::BF16); }
+TEST(Dense16, EveryF16CodeWidensExactly) {
+  for (const DenseKernel kern : kernels_here()) check_every_code(DType::F16, kern);
+}
+TEST(Dense16, EveryBf16CodeWidensExactly) {
+  for (const DenseKernel kern : kernels_here()) check_every_code(DType::BF16, kern);
+}
+TEST(Dense16, EveryKernelGivesTheDocumentedOrdersBits) {
+  if (!nvfp4::model::dense_kernel_available(DenseKernel::Avx2))
+    std::printf("note: this CPU or build has no AVX2 kernel; the portable code only\n");
+  check_against_model(DType::BF16, 7);
+  check_against_model(DType::F16, 8);
+  check_against_model(DType::F32, 9);
+}
+TEST(Dense16, AnUnavailableKernelIsAnError) {
+  if (nvfp4::model::dense_kernel_available(DenseKernel::Avx2)) GTEST_SKIP() << "this CPU has AVX2";
+  const std::vector<uint16_t> w(16, 0);
+  const std::vector<float> x(16, 1.0f);
+  EXPECT_THROW(run16(w, DType::BF16, 1, 16, x, 1, 0.0f, DenseKernel::Avx2), nvfp4::Error);
+}
 TEST(Dense16, F16BitIdenticalToF32Weights) { check_bit_identical_to_f32(DType::F16, 5); }
 TEST(Dense16, Bf16BitIdenticalToF32Weights) { check_bit_identical_to_f32(DType::BF16, 6); }
