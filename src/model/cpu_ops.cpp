@@ -9,9 +9,11 @@
 #include "common/parallel.h"
 #include "format/numerics.h"
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// The AVX2 kernels: x86-64 GCC builds (target attributes and __builtin_cpu_supports), unless
+// NVFP4_NO_AVX2_KERNELS is defined (a build of the portable code alone).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(NVFP4_NO_AVX2_KERNELS)
 #include <immintrin.h>
-#define NVFP4_DENSE_AVX2 1
+#define NVFP4_CPU_AVX2 1
 #endif
 
 // The 16-lane helpers are always inlined into their callers; the ABI note about passing them is moot.
@@ -170,10 +172,10 @@ void matmul_rows_f32(const float* x, int64_t m, int64_t k, const float* w, int64
   }
 }
 
-#ifdef NVFP4_DENSE_AVX2
+#ifdef NVFP4_CPU_AVX2
 // The dense rows written for AVX2 (8-lane registers): the portable code's AVX2 clone kept its 16-lane sums in
 // memory and widened the 16-bit weights element by element (SmolLM2's lm_head, 49152 x 576 bf16 at one token:
-// 11.3 ms on 2 cores, 5 GB/s of a 34 GB/s memory; docs/PERF.md "CPU dense matmul"). Every output is the portable
+// 11.3 ms on 2 cores, 5 GB/s of a 34 GB/s memory; docs/PERF.md "CPU kernels on an AVX2 CPU"). Every output is the portable
 // code's sequence of operations: lanes 0-7 and 8-15 of its 16-lane sum are the two registers of a pair, each
 // product x·w added in increasing K, then hsum's pairwise order, then the scalar tail.
 namespace avx2 {
@@ -265,11 +267,146 @@ __attribute__((target("avx2"))) void rows(const float* x, int64_t m, int64_t k, 
     }
   }
 }
+// The attention's row products (dot_rows_t, dot_rows_q, axpy_rows_t, axpy_rows_q): each result the portable
+// code's sequence of operations. Queries and running outputs are read from memory as they are used rather than
+// held in registers (16 of them here against AVX-512's 32), and the several-query weighted sum makes as many
+// passes over the rows as its outputs need blocks of at most 12 registers; each element still adds its rows'
+// products in row order.
+template <class W, int kR>
+__attribute__((target("avx2"), always_inline)) inline void dot_tile(const float* q, const typename W::E* b, int64_t ld,
+                                                                   int64_t n, float* out) {
+  const int64_t nv = n / 16 * 16;
+  __m256 s[kR][2];
+  for (int i = 0; i < kR; ++i) s[i][0] = s[i][1] = _mm256_setzero_ps();
+  for (int64_t j = 0; j < nv; j += 16) {
+    const __m256 q0 = _mm256_loadu_ps(q + j), q1 = _mm256_loadu_ps(q + j + 8);
+    for (int i = 0; i < kR; ++i) {
+      s[i][0] = _mm256_add_ps(s[i][0], _mm256_mul_ps(q0, W::load(b + i * ld + j)));
+      s[i][1] = _mm256_add_ps(s[i][1], _mm256_mul_ps(q1, W::load(b + i * ld + j + 8)));
+    }
+  }
+  for (int i = 0; i < kR; ++i) {
+    float t = hsum(s[i][0], s[i][1]);
+    for (int64_t j = nv; j < n; ++j) t += q[j] * W::one(b[i * ld + j]);
+    out[i] = t;
+  }
+}
+
+template <class W>
+__attribute__((target("avx2"))) void dot_rows(const float* q, const typename W::E* rows, int64_t ld, int64_t count,
+                                              int64_t n, float* out) {
+  int64_t r = 0;
+  for (; r + 4 <= count; r += 4) dot_tile<W, 4>(q, rows + r * ld, ld, n, out + r);
+  for (; r < count; ++r) dot_tile<W, 1>(q, rows + r * ld, ld, n, out + r);
+}
+
+template <class W, int kQ>
+__attribute__((target("avx2"), always_inline)) inline void dot_rows_q(const float* const* q, const typename W::E* rows,
+                                                                     int64_t ld, int64_t count, int64_t n,
+                                                                     float* const* out) {
+  const int64_t nv = n / 16 * 16;
+  for (int64_t r = 0; r < count; ++r) {
+    const typename W::E* b = rows + r * ld;
+    __m256 s[kQ][2];
+    for (int a = 0; a < kQ; ++a) s[a][0] = s[a][1] = _mm256_setzero_ps();
+    for (int64_t j = 0; j < nv; j += 16) {
+      const __m256 b0 = W::load(b + j), b1 = W::load(b + j + 8);
+      for (int a = 0; a < kQ; ++a) {
+        s[a][0] = _mm256_add_ps(s[a][0], _mm256_mul_ps(_mm256_loadu_ps(q[a] + j), b0));
+        s[a][1] = _mm256_add_ps(s[a][1], _mm256_mul_ps(_mm256_loadu_ps(q[a] + j + 8), b1));
+      }
+    }
+    for (int a = 0; a < kQ; ++a) {
+      float t = hsum(s[a][0], s[a][1]);
+      for (int64_t j = nv; j < n; ++j) t += q[a][j] * W::one(b[j]);
+      out[a][r] = t;
+    }
+  }
+}
+
+// y[a][16c .. 16(c + kC)) for the kQ weight vectors over rows [0, count).
+template <class W, int kQ, int kC>
+__attribute__((target("avx2"), always_inline)) inline void axpy_block(const float* const* w, const typename W::E* rows,
+                                                                     int64_t ld, int64_t count, float* const* y,
+                                                                     int64_t c) {
+  __m256 acc[kQ][kC][2];
+  for (int a = 0; a < kQ; ++a)
+    for (int i = 0; i < kC; ++i)
+      for (int h = 0; h < 2; ++h) acc[a][i][h] = _mm256_loadu_ps(y[a] + 16 * (c + i) + 8 * h);
+  for (int64_t t = 0; t < count; ++t) {
+    const typename W::E* r = rows + t * ld + 16 * c;
+    __m256 wt[kQ];
+    for (int a = 0; a < kQ; ++a) wt[a] = _mm256_set1_ps(w[a][t]);
+    for (int i = 0; i < kC; ++i)
+      for (int h = 0; h < 2; ++h) {
+        const __m256 bv = W::load(r + 16 * i + 8 * h);
+        for (int a = 0; a < kQ; ++a) acc[a][i][h] = _mm256_add_ps(acc[a][i][h], _mm256_mul_ps(wt[a], bv));
+      }
+  }
+  for (int a = 0; a < kQ; ++a)
+    for (int i = 0; i < kC; ++i)
+      for (int h = 0; h < 2; ++h) _mm256_storeu_ps(y[a] + 16 * (c + i) + 8 * h, acc[a][i][h]);
+}
+
+// The last block of `left` < kC vectors: one pass of axpy_block<left>.
+template <class W, int kQ, int kC>
+__attribute__((target("avx2"), always_inline)) inline void axpy_last(const float* const* w, const typename W::E* rows,
+                                                                    int64_t ld, int64_t count, float* const* y,
+                                                                    int64_t c, int64_t left) {
+  if constexpr (kC > 1) {
+    if (left == kC - 1) axpy_block<W, kQ, kC - 1>(w, rows, ld, count, y, c);
+    else axpy_last<W, kQ, kC - 1>(w, rows, ld, count, y, c, left);
+  }
+}
+
+// kQ weight vectors (1-4) over rows of n values: blocks of 6 / kQ vectors of 16 per pass over the rows, a last
+// shorter block, then the tail elements.
+template <class W, int kQ>
+__attribute__((target("avx2"), always_inline)) inline void axpy_rows_q(const float* const* w, const typename W::E* rows,
+                                                                      int64_t ld, int64_t count, float* const* y,
+                                                                      int64_t n) {
+  constexpr int kBlock = 6 / kQ;
+  const int64_t chunks = n / 16;
+  int64_t c = 0;
+  for (; c + kBlock <= chunks; c += kBlock) axpy_block<W, kQ, kBlock>(w, rows, ld, count, y, c);
+  if (c < chunks) axpy_last<W, kQ, kBlock>(w, rows, ld, count, y, c, chunks - c);
+  for (int a = 0; a < kQ; ++a)
+    for (int64_t j = 16 * chunks; j < n; ++j)
+      for (int64_t t = 0; t < count; ++t) y[a][j] += w[a][t] * W::one(rows[t * ld + j]);
+}
+
+template <class W>
+__attribute__((target("avx2"))) void axpy_rows(const float* a, const typename W::E* rows, int64_t ld, int64_t count,
+                                               float* y, int64_t n) {
+  axpy_rows_q<W, 1>(&a, rows, ld, count, &y, n);
+}
+
+// 2-4 queries over the rows they share (always applies: no register budget to refuse).
+template <class W>
+__attribute__((target("avx2"))) bool dot_rows_multi(int nq, const float* const* q, const typename W::E* rows, int64_t ld,
+                                                    int64_t count, int64_t n, float* const* out) {
+  switch (nq) {
+    case 2: dot_rows_q<W, 2>(q, rows, ld, count, n, out); return true;
+    case 3: dot_rows_q<W, 3>(q, rows, ld, count, n, out); return true;
+    case 4: dot_rows_q<W, 4>(q, rows, ld, count, n, out); return true;
+    default: return false;
+  }
+}
+template <class W>
+__attribute__((target("avx2"))) bool axpy_rows_multi(int nq, const float* const* w, const typename W::E* rows,
+                                                     int64_t ld, int64_t count, int64_t n, float* const* y) {
+  switch (nq) {
+    case 2: axpy_rows_q<W, 2>(w, rows, ld, count, y, n); return true;
+    case 3: axpy_rows_q<W, 3>(w, rows, ld, count, y, n); return true;
+    case 4: axpy_rows_q<W, 4>(w, rows, ld, count, y, n); return true;
+    default: return false;
+  }
+}
 }  // namespace avx2
 #endif
 
 bool avx2_is_best() {
-#ifdef NVFP4_DENSE_AVX2
+#ifdef NVFP4_CPU_AVX2
   static const bool yes = __builtin_cpu_supports("avx2") && !__builtin_cpu_supports("avx512f");
   return yes;
 #else
@@ -277,21 +414,26 @@ bool avx2_is_best() {
 #endif
 }
 
+// Whether `kernel` means the AVX2 intrinsics here (what: the caller, for the error when it cannot run).
+bool use_avx2(CpuKernel kernel, const char* what) {
+  NVFP4_CHECK(cpu_kernel_available(kernel), std::string(what) + ": the AVX2 kernel needs a CPU with AVX2");
+  return kernel == CpuKernel::Avx2 || (kernel == CpuKernel::Auto && avx2_is_best());
+}
+
 }  // namespace
 
-bool dense_kernel_available(DenseKernel kernel) {
-#ifdef NVFP4_DENSE_AVX2
-  if (kernel == DenseKernel::Avx2) return __builtin_cpu_supports("avx2");
+bool cpu_kernel_available(CpuKernel kernel) {
+#ifdef NVFP4_CPU_AVX2
+  if (kernel == CpuKernel::Avx2) return __builtin_cpu_supports("avx2");
 #else
-  if (kernel == DenseKernel::Avx2) return false;
+  if (kernel == CpuKernel::Avx2) return false;
 #endif
   return true;
 }
 
-void dense_matmul(const float* x, int64_t m, const DenseWeight& w, float* acc, DenseKernel kernel) {
+void dense_matmul(const float* x, int64_t m, const DenseWeight& w, float* acc, CpuKernel kernel) {
   if (m <= 0) return;
-  NVFP4_CHECK(dense_kernel_available(kernel), "dense_matmul: the AVX2 kernel needs a CPU with AVX2");
-  const bool use_avx2 = kernel == DenseKernel::Avx2 || (kernel == DenseKernel::Auto && avx2_is_best());
+  const bool avx2_rows = use_avx2(kernel, "dense_matmul");
   const bool is16 = w.dtype == DType::BF16 || w.dtype == DType::F16;
   if (is16) {
     NVFP4_CHECK(w.bits != nullptr, "dense_matmul: missing 16-bit weight");
@@ -301,15 +443,15 @@ void dense_matmul(const float* x, int64_t m, const DenseWeight& w, float* acc, D
   }
   parallel_for(static_cast<size_t>(w.n), 32, [&](size_t a, size_t b) {
     const int64_t n0 = static_cast<int64_t>(a), n1 = static_cast<int64_t>(b);
-#ifdef NVFP4_DENSE_AVX2
-    if (use_avx2) {
+#ifdef NVFP4_CPU_AVX2
+    if (avx2_rows) {
       if (w.dtype == DType::BF16) avx2::rows<avx2::Bf16x8>(x, m, w.k, w.bits, w.n, n0, n1, acc);
       else if (w.dtype == DType::F16) avx2::rows<avx2::F16x8>(x, m, w.k, w.bits, w.n, n0, n1, acc);
       else avx2::rows<avx2::F32x8>(x, m, w.k, w.f32, w.n, n0, n1, acc);
       return;
     }
 #endif
-    (void)use_avx2;
+    (void)avx2_rows;
     if (w.dtype == DType::BF16) matmul_rows_bf16(x, m, w.k, w.bits, w.n, n0, n1, acc);
     else if (w.dtype == DType::F16) matmul_rows_f16(x, m, w.k, w.bits, w.n, n0, n1, acc);
     else matmul_rows_f32(x, m, w.k, w.f32, w.n, n0, n1, acc);
@@ -529,12 +671,50 @@ void check_bits16_rows(DType t, const char* what) {
 
 }  // namespace
 
-void dot_rows_f32(const float* q, const float* rows, int64_t ld, int64_t count, int64_t n, float* out) {
-  dot_rows_f32_rows(q, rows, ld, count, n, out);
+namespace {
+
+// The four row functions of one row type: the portable clones, or the AVX2 intrinsics where use_avx2 says so.
+template <class E>
+struct RowFunctions {
+  void (*dot)(const float*, const E*, int64_t, int64_t, int64_t, float*);
+  void (*axpy)(const float*, const E*, int64_t, int64_t, float*, int64_t);
+  bool (*dot_q)(int, const float* const*, const E*, int64_t, int64_t, int64_t, float* const*);
+  bool (*axpy_q)(int, const float* const*, const E*, int64_t, int64_t, int64_t, float* const*);
+};
+
+// NAME: the portable functions' suffix, E: the row element, W: the AVX2 row loader.
+#ifdef NVFP4_CPU_AVX2
+#define NVFP4_ROW_SET(NAME, E, W)                                                                           \
+  use_avx2(kernel, what) ? RowFunctions<E>{avx2::dot_rows<avx2::W>, avx2::axpy_rows<avx2::W>,                 \
+                                           avx2::dot_rows_multi<avx2::W>, avx2::axpy_rows_multi<avx2::W>}    \
+                         : RowFunctions<E>{dot_rows_##NAME, axpy_rows_##NAME, dot_rows_q_##NAME, axpy_rows_q_##NAME}
+#else
+#define NVFP4_ROW_SET(NAME, E, W) \
+  (use_avx2(kernel, what), RowFunctions<E>{dot_rows_##NAME, axpy_rows_##NAME, dot_rows_q_##NAME, axpy_rows_q_##NAME})
+#endif
+
+RowFunctions<float> f32_row_functions(CpuKernel kernel, const char* what) {
+  return NVFP4_ROW_SET(f32_rows, float, F32x8);
 }
 
-void axpy_rows_f32(const float* a, const float* rows, int64_t ld, int64_t count, float* y, int64_t n) {
-  axpy_rows_f32_rows(a, rows, ld, count, y, n);
+// Rows of T bit patterns (t: BF16 or F16).
+RowFunctions<uint16_t> bits16_row_functions(DType t, CpuKernel kernel, const char* what) {
+  check_bits16_rows(t, what);
+  if (t == DType::BF16) return NVFP4_ROW_SET(bf16_rows, uint16_t, Bf16x8);
+  return NVFP4_ROW_SET(f16_rows, uint16_t, F16x8);
+}
+#undef NVFP4_ROW_SET
+
+}  // namespace
+
+void dot_rows_f32(const float* q, const float* rows, int64_t ld, int64_t count, int64_t n, float* out,
+                  CpuKernel kernel) {
+  f32_row_functions(kernel, "dot_rows_f32").dot(q, rows, ld, count, n, out);
+}
+
+void axpy_rows_f32(const float* a, const float* rows, int64_t ld, int64_t count, float* y, int64_t n,
+                   CpuKernel kernel) {
+  f32_row_functions(kernel, "axpy_rows_f32").axpy(a, rows, ld, count, y, n);
 }
 
 int attention_tokens_per_pass(int64_t n) {
@@ -544,27 +724,27 @@ int attention_tokens_per_pass(int64_t n) {
 }
 
 void dot_rows_multi(const float* const* q, int nq, const float* rows, int64_t ld, const int64_t* count, int64_t n,
-                    float* const* out) {
-  dot_multi(q, nq, rows, ld, count, n, out, dot_rows_f32_rows, dot_rows_q_f32_rows);
+                    float* const* out, CpuKernel kernel) {
+  const auto f = f32_row_functions(kernel, "dot_rows_multi");
+  dot_multi(q, nq, rows, ld, count, n, out, f.dot, f.dot_q);
 }
 
 void axpy_rows_multi(const float* const* w, int nq, const float* rows, int64_t ld, const int64_t* count,
-                     float* const* y, int64_t n) {
-  axpy_multi(w, nq, rows, ld, count, y, n, axpy_rows_f32_rows, axpy_rows_q_f32_rows);
+                     float* const* y, int64_t n, CpuKernel kernel) {
+  const auto f = f32_row_functions(kernel, "axpy_rows_multi");
+  axpy_multi(w, nq, rows, ld, count, y, n, f.axpy, f.axpy_q);
 }
 
 void dot_rows_multi(const float* const* q, int nq, const uint16_t* rows, DType t, int64_t ld, const int64_t* count,
-                    int64_t n, float* const* out) {
-  check_bits16_rows(t, "dot_rows_multi");
-  if (t == DType::BF16) dot_multi(q, nq, rows, ld, count, n, out, dot_rows_bf16_rows, dot_rows_q_bf16_rows);
-  else dot_multi(q, nq, rows, ld, count, n, out, dot_rows_f16_rows, dot_rows_q_f16_rows);
+                    int64_t n, float* const* out, CpuKernel kernel) {
+  const auto f = bits16_row_functions(t, kernel, "dot_rows_multi");
+  dot_multi(q, nq, rows, ld, count, n, out, f.dot, f.dot_q);
 }
 
 void axpy_rows_multi(const float* const* w, int nq, const uint16_t* rows, DType t, int64_t ld, const int64_t* count,
-                     float* const* y, int64_t n) {
-  check_bits16_rows(t, "axpy_rows_multi");
-  if (t == DType::BF16) axpy_multi(w, nq, rows, ld, count, y, n, axpy_rows_bf16_rows, axpy_rows_q_bf16_rows);
-  else axpy_multi(w, nq, rows, ld, count, y, n, axpy_rows_f16_rows, axpy_rows_q_f16_rows);
+                     float* const* y, int64_t n, CpuKernel kernel) {
+  const auto f = bits16_row_functions(t, kernel, "axpy_rows_multi");
+  axpy_multi(w, nq, rows, ld, count, y, n, f.axpy, f.axpy_q);
 }
 
 void rmsnorm(const float* x, const float* w, int64_t m, int64_t d, float eps, DType t, float* out) {

@@ -18,16 +18,20 @@
 #include "common/error.h"
 #include "format/numerics.h"
 #include "model/cpu_ops.h"
+#include "model/cpu_kernels.h"
 
 using nvfp4::DType;
-using nvfp4::model::DenseKernel;
+using nvfp4::model::CpuKernel;
 using nvfp4::model::DenseWeight;
+using nvfp4::model::testing::kernel_name;
+using nvfp4::model::testing::kernels_here;
+using nvfp4::model::testing::model_dot;
 
 namespace {
 
 // acc (m, n) for a 16-bit weight w (n, k) of dtype t, into a buffer poisoned with `poison`.
 std::vector<float> run16(const std::vector<uint16_t>& w, DType t, int64_t n, int64_t k, const std::vector<float>& x,
-                         int64_t m, float poison, DenseKernel kernel = DenseKernel::Auto) {
+                         int64_t m, float poison, CpuKernel kernel = CpuKernel::Auto) {
   DenseWeight d;
   d.n = n;
   d.k = k;
@@ -39,7 +43,7 @@ std::vector<float> run16(const std::vector<uint16_t>& w, DType t, int64_t n, int
 }
 
 std::vector<float> run32(const std::vector<float>& w, int64_t n, int64_t k, const std::vector<float>& x, int64_t m,
-                         float poison, DenseKernel kernel = DenseKernel::Auto) {
+                         float poison, CpuKernel kernel = CpuKernel::Auto) {
   DenseWeight d;
   d.n = n;
   d.k = k;
@@ -50,33 +54,12 @@ std::vector<float> run32(const std::vector<float>& w, int64_t n, int64_t k, cons
   return acc;
 }
 
-// The documented order for one output, in scalars: lane l sums x[i]·w[i] for i ≡ l (mod 16), i < K rounded down
-// to 16, in increasing i; then a[l] + a[l + 8], then the same with 4, then (b0 + b2) + (b1 + b3); then the tail.
-float model_dot(const float* x, const float* w, int64_t k) {
-  const int64_t kv = k / 16 * 16;
-  float lane[16] = {};
-  for (int64_t i = 0; i < kv; ++i) lane[i % 16] = lane[i % 16] + x[i] * w[i];
-  float s8[8], s4[4];
-  for (int l = 0; l < 8; ++l) s8[l] = lane[l] + lane[l + 8];
-  for (int l = 0; l < 4; ++l) s4[l] = s8[l] + s8[l + 4];
-  float t = (s4[0] + s4[2]) + (s4[1] + s4[3]);
-  for (int64_t i = kv; i < k; ++i) t = t + x[i] * w[i];
-  return t;
-}
 
-std::vector<DenseKernel> kernels_here() {
-  std::vector<DenseKernel> v{DenseKernel::Auto, DenseKernel::Portable};
-  if (nvfp4::model::dense_kernel_available(DenseKernel::Avx2)) v.push_back(DenseKernel::Avx2);
-  return v;
-}
-const char* kernel_name(DenseKernel k) {
-  return k == DenseKernel::Auto ? "auto" : k == DenseKernel::Portable ? "portable" : "avx2";
-}
 
 // Row c of the weight holds code c at column c % k and +0 elsewhere; x is all ones, so output (i, c) is
 // code c widened (+ zeros: -0 may come out as +0, so values are compared, not bits). k = 17 puts codes in
 // all 16 lanes of the vector loads and in the scalar tail; m = 5 runs the 4-token block and a single token.
-void check_every_code(DType t, DenseKernel kernel) {
+void check_every_code(DType t, CpuKernel kernel) {
   const int64_t n = 65536, k = 17, m = 5;
   std::vector<uint16_t> w(static_cast<size_t>(n * k), 0);
   for (int64_t c = 0; c < n; ++c) w[static_cast<size_t>(c * k + c % k)] = static_cast<uint16_t>(c);
@@ -151,7 +134,7 @@ void check_against_model(DType t, unsigned seed) {
       for (const int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9}) {
         std::vector<float> x(static_cast<size_t>(m * k));
         for (auto& v : x) v = u(g);
-        for (const DenseKernel kern : kernels_here()) {
+        for (const CpuKernel kern : kernels_here()) {
           const std::vector<float> a =
               t == DType::F32 ? run32(wf, n, k, x, m, 12345.0f, kern) : run16(w16, t, n, k, x, m, 12345.0f, kern);
           for (int64_t i = 0; i < m; ++i)
@@ -171,23 +154,23 @@ void check_against_model(DType t, unsigned seed) {
 }  // namespace
 
 TEST(Dense16, EveryF16CodeWidensExactly) {
-  for (const DenseKernel kern : kernels_here()) check_every_code(DType::F16, kern);
+  for (const CpuKernel kern : kernels_here()) check_every_code(DType::F16, kern);
 }
 TEST(Dense16, EveryBf16CodeWidensExactly) {
-  for (const DenseKernel kern : kernels_here()) check_every_code(DType::BF16, kern);
+  for (const CpuKernel kern : kernels_here()) check_every_code(DType::BF16, kern);
 }
 TEST(Dense16, EveryKernelGivesTheDocumentedOrdersBits) {
-  if (!nvfp4::model::dense_kernel_available(DenseKernel::Avx2))
+  if (!nvfp4::model::cpu_kernel_available(CpuKernel::Avx2))
     std::printf("note: this CPU or build has no AVX2 kernel; the portable code only\n");
   check_against_model(DType::BF16, 7);
   check_against_model(DType::F16, 8);
   check_against_model(DType::F32, 9);
 }
 TEST(Dense16, AnUnavailableKernelIsAnError) {
-  if (nvfp4::model::dense_kernel_available(DenseKernel::Avx2)) GTEST_SKIP() << "this CPU has AVX2";
+  if (nvfp4::model::cpu_kernel_available(CpuKernel::Avx2)) GTEST_SKIP() << "this CPU has AVX2";
   const std::vector<uint16_t> w(16, 0);
   const std::vector<float> x(16, 1.0f);
-  EXPECT_THROW(run16(w, DType::BF16, 1, 16, x, 1, 0.0f, DenseKernel::Avx2), nvfp4::Error);
+  EXPECT_THROW(run16(w, DType::BF16, 1, 16, x, 1, 0.0f, CpuKernel::Avx2), nvfp4::Error);
 }
 TEST(Dense16, F16BitIdenticalToF32Weights) { check_bit_identical_to_f32(DType::F16, 5); }
 TEST(Dense16, Bf16BitIdenticalToF32Weights) { check_bit_identical_to_f32(DType::BF16, 6); }
