@@ -505,8 +505,10 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, const LoadO
       if (opt.ops_on_device) throw;
       fail(std::string(e.what()) + " (--ops auto put the decoder's ops on the GPU; --ops cpu keeps them on the host)");
     }
+#ifdef NVFP4_HAVE_CUDA
     m->dev_->graphs = opt.cuda_graphs;
     m->dev_->rep = rep;
+#endif
     return m;  // the KV cache lives on the device
   }
   const size_t kv = static_cast<size_t>(c.n_layers * nkv * m->cap_ * hd);
