@@ -2,9 +2,9 @@
 // arrays whose values are already rounded to the activation dtype T; each op says where it rounds to T.
 // The inner loops use GCC/Clang vector extensions (16 lanes) so they vectorise with -O2 under the project's
 // -ffp-contract=off (no reassociation is needed: the lanes are explicit); hot functions are compiled for
-// AVX-512, AVX2 and the baseline, picked at load time (target_clones). The dense matmul also has AVX2 intrinsics
-// (8-lane register pairs, the same order of operations) for CPUs with AVX2 and no AVX-512, where the AVX2 clone
-// of the 16-lane code kept its sums on the stack (dense_matmul, CpuKernel).
+// AVX-512, AVX2 and the baseline, picked at load time (target_clones). The dense matmul and the attention's row
+// products also have AVX2 intrinsics (8-lane register pairs, the same order of operations) for CPUs with AVX2 and
+// no AVX-512, where the AVX2 clone of the 16-lane code kept its sums on the stack (CpuKernel).
 #pragma once
 #include <cstdint>
 
