@@ -170,15 +170,22 @@ void tile_avx2(const float* x, int64_t ldx, int mr, const float* w, int64_t ldw,
   tile_rows<1, false>(x, ldx, w, ldw, nr, kk, acc, acc_ld);
 }
 
-// Decode 8 codes (the low 8 bytes of nib, one code per byte) at once: magnitude by a permute of the 8-entry
-// table, sign bit 3 → bit 31, then · scale; the vLLM flavour's T rounding is the scalar rule of
-// format/numerics.h done 8 lanes at a time. kRound: 0 none, 1 bf16, 2 f16.
+// decode8's table: entry m holds the bits of the E2M1 magnitude m XOR m << 28. The permute reads an index's low 3
+// bits, so a code c (0-15) fetches entry c & 7, and XOR with c << 28 then cancels bits 28-30 and puts c's sign
+// bit at bit 31: ±magnitude in two operations (shift, XOR) instead of three (shift, mask, XOR).
+__attribute__((target("avx2"))) inline __m256 decode8_table() {
+  const __m256i m = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_castsi256_ps(
+      _mm256_xor_si256(_mm256_castps_si256(_mm256_loadu_ps(kE2M1Values)), _mm256_slli_epi32(m, 28)));
+}
+
+// Decode 8 codes (the low 8 bytes of nib, one code per byte) at once: the signed value from decode8_table, then
+// · scale; the vLLM flavour's T rounding is the scalar rule of format/numerics.h done 8 lanes at a time. kRound:
+// 0 none, 1 bf16, 2 f16.
 template <int kRound>
 __attribute__((target("avx2,f16c"))) inline __m256 decode8(__m128i nib, __m256 table, __m256 s) {
   const __m256i idx = _mm256_cvtepu8_epi32(nib);
-  const __m256 mag = _mm256_permutevar8x32_ps(table, idx);
-  const __m256i sign = _mm256_set1_epi32(static_cast<int>(0x80000000u));
-  const __m256 q = _mm256_xor_ps(mag, _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(idx, 28), sign)));
+  const __m256 q = _mm256_xor_ps(_mm256_permutevar8x32_ps(table, idx), _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
   __m256 v = _mm256_mul_ps(q, s);
   if constexpr (kRound == 1) {  // f32_to_bf16 then back: RNE on the high half; NaN → quiet, sign kept
     const __m256i u = _mm256_castps_si256(v);
@@ -207,7 +214,7 @@ constexpr int round_code(DType round_t) { return round_t == DType::BF16 ? 1 : ro
 template <int kRound>
 __attribute__((target("avx2,f16c"))) void decode_avx2_r(const uint8_t* codes, const float* sc, int64_t groups,
                                                          float* out) {
-  const __m256 table = _mm256_loadu_ps(kE2M1Values);
+  const __m256 table = decode8_table();
   for (int64_t g = 0; g < groups; ++g) {
     const __m128i nib = group_nibbles(codes + g * 8);
     const __m256 s = _mm256_set1_ps(sc[g]);
@@ -231,7 +238,7 @@ template <int NR, int kRound>
 __attribute__((target("avx2,f16c"))) void rows_one_token_fixed(const float* x, const uint8_t* codes, int64_t ldc,
                                                                const float* sc, int64_t lds, int64_t groups,
                                                                float* acc) {
-  const __m256 table = _mm256_loadu_ps(kE2M1Values);
+  const __m256 table = decode8_table();
   __m256 a[NR];
   for (int j = 0; j < NR; ++j) a[j] = _mm256_setzero_ps();
   for (int64_t g = 0; g < groups; ++g) {
