@@ -9,11 +9,11 @@
 #include "common/parallel.h"
 #include "format/numerics.h"
 
-// The AVX2 kernels: x86-64 GCC builds (target attributes and __builtin_cpu_supports), unless
-// NVFP4_NO_AVX2_KERNELS is defined (a build of the portable code alone).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(NVFP4_NO_AVX2_KERNELS)
+#include "common/cpu_isa.h"
+
+// NVFP4_CPU_AVX2 (common/cpu_isa.h): the AVX2 kernels below are compiled.
+#ifdef NVFP4_CPU_AVX2
 #include <immintrin.h>
-#define NVFP4_CPU_AVX2 1
 #endif
 
 // The 16-lane helpers are always inlined into their callers; the ABI note about passing them is moot.
@@ -405,35 +405,15 @@ __attribute__((target("avx2"))) bool axpy_rows_multi(int nq, const float* const*
 }  // namespace avx2
 #endif
 
-bool avx2_is_best() {
-#ifdef NVFP4_CPU_AVX2
-  static const bool yes = __builtin_cpu_supports("avx2") && !__builtin_cpu_supports("avx512f");
-  return yes;
-#else
-  return false;
-#endif
-}
-
-// Whether `kernel` means the AVX2 intrinsics here (what: the caller, for the error when it cannot run).
-bool use_avx2(CpuKernel kernel, const char* what) {
-  NVFP4_CHECK(cpu_kernel_available(kernel), std::string(what) + ": the AVX2 kernel needs a CPU with AVX2");
-  return kernel == CpuKernel::Avx2 || (kernel == CpuKernel::Auto && avx2_is_best());
-}
+// Whether the AVX2 intrinsics run: where the CPU (or the cap, common/cpu_isa.h) stops at AVX2. With AVX-512 the
+// portable code's AVX-512 clone runs.
+bool use_avx2() { return cpu_isa() == CpuIsa::Avx2; }
 
 }  // namespace
 
-bool cpu_kernel_available(CpuKernel kernel) {
-#ifdef NVFP4_CPU_AVX2
-  if (kernel == CpuKernel::Avx2) return __builtin_cpu_supports("avx2");
-#else
-  if (kernel == CpuKernel::Avx2) return false;
-#endif
-  return true;
-}
-
-void dense_matmul(const float* x, int64_t m, const DenseWeight& w, float* acc, CpuKernel kernel) {
+void dense_matmul(const float* x, int64_t m, const DenseWeight& w, float* acc) {
   if (m <= 0) return;
-  const bool avx2_rows = use_avx2(kernel, "dense_matmul");
+  const bool avx2_rows = use_avx2();
   const bool is16 = w.dtype == DType::BF16 || w.dtype == DType::F16;
   if (is16) {
     NVFP4_CHECK(w.bits != nullptr, "dense_matmul: missing 16-bit weight");
@@ -685,20 +665,18 @@ struct RowFunctions {
 // NAME: the portable functions' suffix, E: the row element, W: the AVX2 row loader.
 #ifdef NVFP4_CPU_AVX2
 #define NVFP4_ROW_SET(NAME, E, W)                                                                           \
-  use_avx2(kernel, what) ? RowFunctions<E>{avx2::dot_rows<avx2::W>, avx2::axpy_rows<avx2::W>,                 \
-                                           avx2::dot_rows_multi<avx2::W>, avx2::axpy_rows_multi<avx2::W>}    \
-                         : RowFunctions<E>{dot_rows_##NAME, axpy_rows_##NAME, dot_rows_q_##NAME, axpy_rows_q_##NAME}
+  use_avx2() ? RowFunctions<E>{avx2::dot_rows<avx2::W>, avx2::axpy_rows<avx2::W>, avx2::dot_rows_multi<avx2::W>, \
+                               avx2::axpy_rows_multi<avx2::W>}                                                 \
+             : RowFunctions<E>{dot_rows_##NAME, axpy_rows_##NAME, dot_rows_q_##NAME, axpy_rows_q_##NAME}
 #else
 #define NVFP4_ROW_SET(NAME, E, W) \
-  (use_avx2(kernel, what), RowFunctions<E>{dot_rows_##NAME, axpy_rows_##NAME, dot_rows_q_##NAME, axpy_rows_q_##NAME})
+  RowFunctions<E> { dot_rows_##NAME, axpy_rows_##NAME, dot_rows_q_##NAME, axpy_rows_q_##NAME }
 #endif
 
-RowFunctions<float> f32_row_functions(CpuKernel kernel, const char* what) {
-  return NVFP4_ROW_SET(f32_rows, float, F32x8);
-}
+RowFunctions<float> f32_row_functions() { return NVFP4_ROW_SET(f32_rows, float, F32x8); }
 
-// Rows of T bit patterns (t: BF16 or F16).
-RowFunctions<uint16_t> bits16_row_functions(DType t, CpuKernel kernel, const char* what) {
+// Rows of T bit patterns (t: BF16 or F16; what: the caller, for the error).
+RowFunctions<uint16_t> bits16_row_functions(DType t, const char* what) {
   check_bits16_rows(t, what);
   if (t == DType::BF16) return NVFP4_ROW_SET(bf16_rows, uint16_t, Bf16x8);
   return NVFP4_ROW_SET(f16_rows, uint16_t, F16x8);
@@ -707,14 +685,12 @@ RowFunctions<uint16_t> bits16_row_functions(DType t, CpuKernel kernel, const cha
 
 }  // namespace
 
-void dot_rows_f32(const float* q, const float* rows, int64_t ld, int64_t count, int64_t n, float* out,
-                  CpuKernel kernel) {
-  f32_row_functions(kernel, "dot_rows_f32").dot(q, rows, ld, count, n, out);
+void dot_rows_f32(const float* q, const float* rows, int64_t ld, int64_t count, int64_t n, float* out) {
+  f32_row_functions().dot(q, rows, ld, count, n, out);
 }
 
-void axpy_rows_f32(const float* a, const float* rows, int64_t ld, int64_t count, float* y, int64_t n,
-                   CpuKernel kernel) {
-  f32_row_functions(kernel, "axpy_rows_f32").axpy(a, rows, ld, count, y, n);
+void axpy_rows_f32(const float* a, const float* rows, int64_t ld, int64_t count, float* y, int64_t n) {
+  f32_row_functions().axpy(a, rows, ld, count, y, n);
 }
 
 int attention_tokens_per_pass(int64_t n) {
@@ -724,26 +700,26 @@ int attention_tokens_per_pass(int64_t n) {
 }
 
 void dot_rows_multi(const float* const* q, int nq, const float* rows, int64_t ld, const int64_t* count, int64_t n,
-                    float* const* out, CpuKernel kernel) {
-  const auto f = f32_row_functions(kernel, "dot_rows_multi");
+                    float* const* out) {
+  const auto f = f32_row_functions();
   dot_multi(q, nq, rows, ld, count, n, out, f.dot, f.dot_q);
 }
 
 void axpy_rows_multi(const float* const* w, int nq, const float* rows, int64_t ld, const int64_t* count,
-                     float* const* y, int64_t n, CpuKernel kernel) {
-  const auto f = f32_row_functions(kernel, "axpy_rows_multi");
+                     float* const* y, int64_t n) {
+  const auto f = f32_row_functions();
   axpy_multi(w, nq, rows, ld, count, y, n, f.axpy, f.axpy_q);
 }
 
 void dot_rows_multi(const float* const* q, int nq, const uint16_t* rows, DType t, int64_t ld, const int64_t* count,
-                    int64_t n, float* const* out, CpuKernel kernel) {
-  const auto f = bits16_row_functions(t, kernel, "dot_rows_multi");
+                    int64_t n, float* const* out) {
+  const auto f = bits16_row_functions(t, "dot_rows_multi");
   dot_multi(q, nq, rows, ld, count, n, out, f.dot, f.dot_q);
 }
 
 void axpy_rows_multi(const float* const* w, int nq, const uint16_t* rows, DType t, int64_t ld, const int64_t* count,
-                     float* const* y, int64_t n, CpuKernel kernel) {
-  const auto f = bits16_row_functions(t, kernel, "axpy_rows_multi");
+                     float* const* y, int64_t n) {
+  const auto f = bits16_row_functions(t, "axpy_rows_multi");
   axpy_multi(w, nq, rows, ld, count, y, n, f.axpy, f.axpy_q);
 }
 

@@ -4,7 +4,8 @@
 // -ffp-contract=off (no reassociation is needed: the lanes are explicit); hot functions are compiled for
 // AVX-512, AVX2 and the baseline, picked at load time (target_clones). The dense matmul and the attention's row
 // products also have AVX2 intrinsics (8-lane register pairs, the same order of operations) for CPUs with AVX2 and
-// no AVX-512, where the AVX2 clone of the 16-lane code kept its sums on the stack (CpuKernel).
+// no AVX-512, where the AVX2 clone of the 16-lane code kept its sums on the stack (chosen by common/cpu_isa.h:
+// the AVX2 intrinsics where it says Avx2, the portable code otherwise).
 #pragma once
 #include <cstdint>
 
@@ -21,27 +22,18 @@ struct DenseWeight {
   const float* f32 = nullptr;
 };
 
-// Which code dense_matmul and the row products run: Auto picks AVX2 intrinsics on x86 CPUs that have AVX2 but not
-// AVX-512F, else the portable code (compiled for AVX-512, AVX2 and the baseline); the two give the same bits. The
-// tests name them; an unavailable kernel named explicitly is an Error.
-enum class CpuKernel { Auto, Portable, Avx2 };
-// Whether `kernel` can run on this CPU and build (Avx2: an x86 GCC build on a CPU with AVX2).
-bool cpu_kernel_available(CpuKernel kernel);
-
 // acc (m, N) f32 = x (m, K) f32 · Wᵀ, accumulated in f32 (16 lanes, i ≡ lane mod 16 in increasing i, then a fixed
 // pairwise lane sum, then the scalar tail past the last multiple of 16). A 16-bit weight is widened to f32 on use;
 // the widening is exact, so the result is bit-identical to that of an F32 DenseWeight holding the same values.
 // Thread-parallel over N (common/parallel.h).
-void dense_matmul(const float* x, int64_t m, const DenseWeight& w, float* acc, CpuKernel kernel = CpuKernel::Auto);
+void dense_matmul(const float* x, int64_t m, const DenseWeight& w, float* acc);
 
 // The attention's products over `count` rows of n values, ld apart (cache rows):
 // out[t] = Σ_i q[i]·rows[t·ld + i], each in 16 f32 lanes (i ≡ lane mod 16, in increasing i) then a fixed
 // pairwise lane sum, then the tail; rows are taken 4 at a time (the same operations per row).
-void dot_rows_f32(const float* q, const float* rows, int64_t ld, int64_t count, int64_t n, float* out,
-                  CpuKernel kernel = CpuKernel::Auto);
+void dot_rows_f32(const float* q, const float* rows, int64_t ld, int64_t count, int64_t n, float* out);
 // y[i] += a[t] · rows[t·ld + i] for t = 0, 1, ..., count - 1 in that order (per element: multiply, then add).
-void axpy_rows_f32(const float* a, const float* rows, int64_t ld, int64_t count, float* y, int64_t n,
-                   CpuKernel kernel = CpuKernel::Auto);
+void axpy_rows_f32(const float* a, const float* rows, int64_t ld, int64_t count, float* y, int64_t n);
 // The same two for nq <= kRowsMaxQueries queries (weight vectors) at once, a prompt's consecutive tokens of one head: query a
 // takes rows 0 .. count[a] - 1 (count non-decreasing), each result bit for bit what the one-query function
 // gives, the rows the queries share loaded once for all of them (where nq · ceil(n / 16) fits the registers:
@@ -49,13 +41,13 @@ void axpy_rows_f32(const float* a, const float* rows, int64_t ld, int64_t count,
 // model's KV cache), widened exactly on load, so the same values give the same bits either way.
 constexpr int kRowsMaxQueries = 4;
 void dot_rows_multi(const float* const* q, int nq, const float* rows, int64_t ld, const int64_t* count, int64_t n,
-                    float* const* out, CpuKernel kernel = CpuKernel::Auto);
+                    float* const* out);
 void axpy_rows_multi(const float* const* w, int nq, const float* rows, int64_t ld, const int64_t* count,
-                     float* const* y, int64_t n, CpuKernel kernel = CpuKernel::Auto);
+                     float* const* y, int64_t n);
 void dot_rows_multi(const float* const* q, int nq, const uint16_t* rows, DType t, int64_t ld, const int64_t* count,
-                    int64_t n, float* const* out, CpuKernel kernel = CpuKernel::Auto);
+                    int64_t n, float* const* out);
 void axpy_rows_multi(const float* const* w, int nq, const uint16_t* rows, DType t, int64_t ld, const int64_t* count,
-                     float* const* y, int64_t n, CpuKernel kernel = CpuKernel::Auto);
+                     float* const* y, int64_t n);
 int attention_tokens_per_pass(int64_t n);
 
 // out (m, d) = T( T(x · r) · w ), r = 1/sqrt(mean(x²) + eps) per row (HF LlamaRMSNorm: normalise in f32,

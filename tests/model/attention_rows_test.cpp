@@ -3,9 +3,9 @@
 // bit for bit: every result must be the same sequence of f32 operations. Head sizes with and without a scalar
 // tail (n % 16), at, below and above the register budget of attention_tokens_per_pass, counts that grow by
 // one per query (a prompt) or by more, and a first query with no rows; and rows of bf16 / fp16 bit patterns
-// (a 16-bit model's KV cache) against f32 rows of the same values; each for every kernel this CPU runs (the
-// portable code, the AVX2 intrinsics), and each kernel against a scalar model of the documented order. No
-// tolerance: any difference is a bug.
+// (a 16-bit model's KV cache) against f32 rows of the same values; each on every instruction-set path this CPU has
+// (common/cpu_isa.h: the portable code, and the AVX2 intrinsics where the cap stops at AVX2), and each path against
+// a scalar model of the documented order. No tolerance: any difference is a bug.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -15,14 +15,14 @@
 #include <vector>
 
 #include "format/numerics.h"
-#include "model/cpu_kernels.h"
+#include "cpu_isa_paths.h"
+#include "model/dot_order.h"
 #include "model/cpu_ops.h"
 
 namespace nm = nvfp4::model;
 using nvfp4::DType;
-using nvfp4::model::CpuKernel;
-using nvfp4::model::testing::kernel_name;
-using nvfp4::model::testing::kernels_here;
+using nvfp4::CpuIsa;
+using nvfp4::testing::for_each_cpu_isa;
 
 namespace {
 
@@ -77,7 +77,7 @@ struct Queries {
 }  // namespace
 
 TEST(AttentionRows, SeveralQueriesEqualOneAtATimeBitForBit) {
-  for (const CpuKernel kern : kernels_here()) {
+  for_each_cpu_isa([](CpuIsa isa) {
   unsigned seed = 1;
   for (int64_t n : {int64_t(16), int64_t(64), int64_t(72), int64_t(80), int64_t(128), int64_t(136), int64_t(200)}) {
     const int64_t ld = n + 8;  // rows further apart than their length, as a cache row's stride may be
@@ -87,7 +87,7 @@ TEST(AttentionRows, SeveralQueriesEqualOneAtATimeBitForBit) {
     for (int nq = 1; nq <= 4; ++nq) {
       for (int64_t step : {int64_t(1), int64_t(5)}) {
         for (int64_t first : {int64_t(0), int64_t(37)}) {
-          const std::string tag = std::string(kernel_name(kern)) + " n " + std::to_string(n) + " nq " +
+          const std::string tag = std::string(nvfp4::cpu_isa_name(isa)) + " n " + std::to_string(n) + " nq " +
                                   std::to_string(nq) + " step " +
                                   std::to_string(step) + " first " + std::to_string(first);
           int64_t count[4];
@@ -96,28 +96,28 @@ TEST(AttentionRows, SeveralQueriesEqualOneAtATimeBitForBit) {
           const auto rows = rnd(static_cast<size_t>((rows_n + 1) * ld), seed++);
           Queries qs(nq, n, count, seed);
           for (int a = 0; a < nq; ++a) {  // set 1: one query at a time
-            nm::dot_rows_f32(qs.qp[a], rows.data(), ld, count[a], n, qs.dotp[1][a], kern);
-            nm::axpy_rows_f32(qs.wp[a], rows.data(), ld, count[a], qs.accp[1][a], n, kern);
+            nm::dot_rows_f32(qs.qp[a], rows.data(), ld, count[a], n, qs.dotp[1][a]);
+            nm::axpy_rows_f32(qs.wp[a], rows.data(), ld, count[a], qs.accp[1][a], n);
           }
-          nm::dot_rows_multi(qs.qp, nq, rows.data(), ld, count, n, qs.dotp[0], kern);
-          nm::axpy_rows_multi(qs.wp, nq, rows.data(), ld, count, qs.accp[0], n, kern);
+          nm::dot_rows_multi(qs.qp, nq, rows.data(), ld, count, n, qs.dotp[0]);
+          nm::axpy_rows_multi(qs.wp, nq, rows.data(), ld, count, qs.accp[0], n);
           qs.expect_same(nq, tag);
         }
       }
     }
   }
-  }
+  });
 }
 
 // A 16-bit model's cache holds T bit patterns: the row products over them must equal those over f32 rows
 // holding the same values, bit for bit (the widening is exact), for bf16 and fp16, one to four queries.
 TEST(AttentionRows, SixteenBitRowsEqualF32RowsOfTheSameValues) {
-  for (const CpuKernel kern : kernels_here()) {
+  for_each_cpu_isa([](CpuIsa isa) {
   unsigned seed = 100;
   for (DType t : {DType::BF16, DType::F16}) {
     for (int64_t n : {int64_t(64), int64_t(72), int64_t(128)}) {
       for (int nq = 1; nq <= 4; ++nq) {
-        const std::string tag = std::string(kernel_name(kern)) + (t == DType::BF16 ? " bf16" : " f16") + " n " +
+        const std::string tag = std::string(nvfp4::cpu_isa_name(isa)) + (t == DType::BF16 ? " bf16" : " f16") + " n " +
                                 std::to_string(n) +
                                 " nq " + std::to_string(nq);
         const int64_t ld = n;
@@ -131,15 +131,15 @@ TEST(AttentionRows, SixteenBitRowsEqualF32RowsOfTheSameValues) {
           vals[i] = nvfp4::from_bits16(t, bits[i]);
         }
         Queries qs(nq, n, count, seed);
-        nm::dot_rows_multi(qs.qp, nq, bits.data(), t, ld, count, n, qs.dotp[0], kern);
-        nm::dot_rows_multi(qs.qp, nq, vals.data(), ld, count, n, qs.dotp[1], kern);
-        nm::axpy_rows_multi(qs.wp, nq, bits.data(), t, ld, count, qs.accp[0], n, kern);
-        nm::axpy_rows_multi(qs.wp, nq, vals.data(), ld, count, qs.accp[1], n, kern);
+        nm::dot_rows_multi(qs.qp, nq, bits.data(), t, ld, count, n, qs.dotp[0]);
+        nm::dot_rows_multi(qs.qp, nq, vals.data(), ld, count, n, qs.dotp[1]);
+        nm::axpy_rows_multi(qs.wp, nq, bits.data(), t, ld, count, qs.accp[0], n);
+        nm::axpy_rows_multi(qs.wp, nq, vals.data(), ld, count, qs.accp[1], n);
         qs.expect_same(nq, tag);
       }
     }
   }
-  }
+  });
   const std::vector<uint16_t> rows(64, 0);
   const std::vector<float> q(64, 1.0f);
   std::vector<float> o(1);
@@ -149,16 +149,16 @@ TEST(AttentionRows, SixteenBitRowsEqualF32RowsOfTheSameValues) {
   EXPECT_THROW(nm::dot_rows_multi(qp, 1, rows.data(), DType::F32, 64, one, 64, op), std::exception);
 }
 
-// Each kernel against the scalar model: dot products in the documented order, weighted sums element by element in
+// Every instruction-set path against the scalar model: dot products in the documented order, weighted sums element by element in
 // row order; f32, bf16 and fp16 rows; 1-4 queries sharing rows; head sizes with and without a tail, and below one
 // vector of 16.
 TEST(AttentionRows, EveryKernelGivesTheScalarModelsBits) {
+  for_each_cpu_isa([](CpuIsa isa) {
   unsigned seed = 300;
-  for (const CpuKernel kern : kernels_here())
     for (DType t : {DType::F32, DType::BF16, DType::F16})
       for (int64_t n : {int64_t(8), int64_t(64), int64_t(100), int64_t(128), int64_t(200)})
         for (int nq = 1; nq <= 4; ++nq) {
-          const std::string tag = std::string(kernel_name(kern)) + " " + nvfp4::dtype_name(t) + " n " +
+          const std::string tag = std::string(nvfp4::cpu_isa_name(isa)) + " " + nvfp4::dtype_name(t) + " n " +
                                   std::to_string(n) + " nq " + std::to_string(nq);
           const int64_t ld = n + 3;
           int64_t count[4];
@@ -173,11 +173,11 @@ TEST(AttentionRows, EveryKernelGivesTheScalarModelsBits) {
             }
           Queries qs(nq, n, count, seed);
           if (t == DType::F32) {
-            nm::dot_rows_multi(qs.qp, nq, vals.data(), ld, count, n, qs.dotp[0], kern);
-            nm::axpy_rows_multi(qs.wp, nq, vals.data(), ld, count, qs.accp[0], n, kern);
+            nm::dot_rows_multi(qs.qp, nq, vals.data(), ld, count, n, qs.dotp[0]);
+            nm::axpy_rows_multi(qs.wp, nq, vals.data(), ld, count, qs.accp[0], n);
           } else {
-            nm::dot_rows_multi(qs.qp, nq, bits.data(), t, ld, count, n, qs.dotp[0], kern);
-            nm::axpy_rows_multi(qs.wp, nq, bits.data(), t, ld, count, qs.accp[0], n, kern);
+            nm::dot_rows_multi(qs.qp, nq, bits.data(), t, ld, count, n, qs.dotp[0]);
+            nm::axpy_rows_multi(qs.wp, nq, bits.data(), t, ld, count, qs.accp[0], n);
           }
           for (int a = 0; a < nq; ++a) {
             for (int64_t r = 0; r < count[a]; ++r) {
@@ -193,6 +193,7 @@ TEST(AttentionRows, EveryKernelGivesTheScalarModelsBits) {
             ASSERT_TRUE(same_bits(y, qs.acc[0][a])) << tag << " query " << a << ": weighted sums";
           }
         }
+  });
 }
 
 TEST(AttentionRows, RefusesBadArguments) {

@@ -3,9 +3,11 @@
 //      format/numerics' from_bits16 value (NaN as NaN), and
 //   2. on random data the result is bit-identical to dense_matmul over an F32 weight holding the widened
 //      values (the path an f16 model's dense linears took when they were stored as f32), and
-//   3. every kernel (the portable code and, where the CPU has AVX2, the AVX2 intrinsics) gives, for bf16, f16 and
-//      f32 weights, the bits of a scalar model of the documented order (16 lanes by K, the pairwise lane sum,
-//      the scalar tail), over token counts and row counts that reach every tile of both kernels.
+//   3. for bf16, f16 and f32 weights the result has the bits of a scalar model of the documented order (16 lanes by
+//      K, the pairwise lane sum, the scalar tail), over token counts and row counts that reach every tile of the
+//      portable code and of the AVX2 intrinsics;
+// each on every instruction-set path this CPU has (common/cpu_isa.h: the portable code, and the AVX2 intrinsics
+// where the cap stops at AVX2).
 // No tolerance: any difference is a bug.
 #include <gtest/gtest.h>
 
@@ -17,40 +19,40 @@
 
 #include "common/error.h"
 #include "format/numerics.h"
+#include "cpu_isa_paths.h"
 #include "model/cpu_ops.h"
-#include "model/cpu_kernels.h"
+#include "model/dot_order.h"
 
+using nvfp4::CpuIsa;
 using nvfp4::DType;
-using nvfp4::model::CpuKernel;
 using nvfp4::model::DenseWeight;
-using nvfp4::model::testing::kernel_name;
-using nvfp4::model::testing::kernels_here;
 using nvfp4::model::testing::model_dot;
+using nvfp4::testing::for_each_cpu_isa;
 
 namespace {
 
 // acc (m, n) for a 16-bit weight w (n, k) of dtype t, into a buffer poisoned with `poison`.
 std::vector<float> run16(const std::vector<uint16_t>& w, DType t, int64_t n, int64_t k, const std::vector<float>& x,
-                         int64_t m, float poison, CpuKernel kernel = CpuKernel::Auto) {
+                         int64_t m, float poison) {
   DenseWeight d;
   d.n = n;
   d.k = k;
   d.dtype = t;
   d.bits = w.data();
   std::vector<float> acc(static_cast<size_t>(m * n), poison);
-  nvfp4::model::dense_matmul(x.data(), m, d, acc.data(), kernel);
+  nvfp4::model::dense_matmul(x.data(), m, d, acc.data());
   return acc;
 }
 
 std::vector<float> run32(const std::vector<float>& w, int64_t n, int64_t k, const std::vector<float>& x, int64_t m,
-                         float poison, CpuKernel kernel = CpuKernel::Auto) {
+                         float poison) {
   DenseWeight d;
   d.n = n;
   d.k = k;
   d.dtype = DType::F32;
   d.f32 = w.data();
   std::vector<float> acc(static_cast<size_t>(m * n), poison);
-  nvfp4::model::dense_matmul(x.data(), m, d, acc.data(), kernel);
+  nvfp4::model::dense_matmul(x.data(), m, d, acc.data());
   return acc;
 }
 
@@ -59,21 +61,22 @@ std::vector<float> run32(const std::vector<float>& w, int64_t n, int64_t k, cons
 // Row c of the weight holds code c at column c % k and +0 elsewhere; x is all ones, so output (i, c) is
 // code c widened (+ zeros: -0 may come out as +0, so values are compared, not bits). k = 17 puts codes in
 // all 16 lanes of the vector loads and in the scalar tail; m = 5 runs the 4-token block and a single token.
-void check_every_code(DType t, CpuKernel kernel) {
+void check_every_code(DType t) {
   const int64_t n = 65536, k = 17, m = 5;
   std::vector<uint16_t> w(static_cast<size_t>(n * k), 0);
   for (int64_t c = 0; c < n; ++c) w[static_cast<size_t>(c * k + c % k)] = static_cast<uint16_t>(c);
   const std::vector<float> x(static_cast<size_t>(m * k), 1.0f);
-  const std::vector<float> acc = run16(w, t, n, k, x, m, -12345.0f, kernel);
+  const std::vector<float> acc = run16(w, t, n, k, x, m, -12345.0f);
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t c = 0; c < n; ++c) {
       const float want = nvfp4::from_bits16(t, static_cast<uint16_t>(c));
       const float got = acc[static_cast<size_t>(i * n + c)];
       if (std::isnan(want))
         ASSERT_TRUE(std::isnan(got)) << nvfp4::dtype_name(t) << " code " << c << " token " << i << " "
-                                     << kernel_name(kernel);
+                                     << nvfp4::cpu_isa_name(nvfp4::cpu_isa());
       else
-        ASSERT_EQ(got, want) << nvfp4::dtype_name(t) << " code " << c << " token " << i << " " << kernel_name(kernel);
+        ASSERT_EQ(got, want) << nvfp4::dtype_name(t) << " code " << c << " token " << i << " "
+                             << nvfp4::cpu_isa_name(nvfp4::cpu_isa());
     }
   }
 }
@@ -134,18 +137,16 @@ void check_against_model(DType t, unsigned seed) {
       for (const int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9}) {
         std::vector<float> x(static_cast<size_t>(m * k));
         for (auto& v : x) v = u(g);
-        for (const CpuKernel kern : kernels_here()) {
-          const std::vector<float> a =
-              t == DType::F32 ? run32(wf, n, k, x, m, 12345.0f, kern) : run16(w16, t, n, k, x, m, 12345.0f, kern);
-          for (int64_t i = 0; i < m; ++i)
-            for (int64_t r = 0; r < n; ++r) {
-              const float want = model_dot(&x[static_cast<size_t>(i * k)], &wf[static_cast<size_t>(r * k)], k);
-              const float got = a[static_cast<size_t>(i * n + r)];
-              ASSERT_EQ(nvfp4::f32_bits(got), nvfp4::f32_bits(want))
-                  << nvfp4::dtype_name(t) << " " << kernel_name(kern) << " k " << k << " n " << n << " m " << m
-                  << " token " << i << " row " << r << ": " << got << " vs " << want;
-            }
-        }
+        const std::vector<float> a =
+            t == DType::F32 ? run32(wf, n, k, x, m, 12345.0f) : run16(w16, t, n, k, x, m, 12345.0f);
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t r = 0; r < n; ++r) {
+            const float want = model_dot(&x[static_cast<size_t>(i * k)], &wf[static_cast<size_t>(r * k)], k);
+            const float got = a[static_cast<size_t>(i * n + r)];
+            ASSERT_EQ(nvfp4::f32_bits(got), nvfp4::f32_bits(want))
+                << nvfp4::dtype_name(t) << " " << nvfp4::cpu_isa_name(nvfp4::cpu_isa()) << " k " << k << " n " << n
+                << " m " << m << " token " << i << " row " << r << ": " << got << " vs " << want;
+          }
       }
     }
   }
@@ -154,23 +155,21 @@ void check_against_model(DType t, unsigned seed) {
 }  // namespace
 
 TEST(Dense16, EveryF16CodeWidensExactly) {
-  for (const CpuKernel kern : kernels_here()) check_every_code(DType::F16, kern);
+  for_each_cpu_isa([](CpuIsa) { check_every_code(DType::F16); });
 }
 TEST(Dense16, EveryBf16CodeWidensExactly) {
-  for (const CpuKernel kern : kernels_here()) check_every_code(DType::BF16, kern);
+  for_each_cpu_isa([](CpuIsa) { check_every_code(DType::BF16); });
 }
 TEST(Dense16, EveryKernelGivesTheDocumentedOrdersBits) {
-  if (!nvfp4::model::cpu_kernel_available(CpuKernel::Avx2))
-    std::printf("note: this CPU or build has no AVX2 kernel; the portable code only\n");
-  check_against_model(DType::BF16, 7);
-  check_against_model(DType::F16, 8);
-  check_against_model(DType::F32, 9);
+  for_each_cpu_isa([](CpuIsa) {
+    check_against_model(DType::BF16, 7);
+    check_against_model(DType::F16, 8);
+    check_against_model(DType::F32, 9);
+  });
 }
-TEST(Dense16, AnUnavailableKernelIsAnError) {
-  if (nvfp4::model::cpu_kernel_available(CpuKernel::Avx2)) GTEST_SKIP() << "this CPU has AVX2";
-  const std::vector<uint16_t> w(16, 0);
-  const std::vector<float> x(16, 1.0f);
-  EXPECT_THROW(run16(w, DType::BF16, 1, 16, x, 1, 0.0f, CpuKernel::Avx2), nvfp4::Error);
+TEST(Dense16, F16BitIdenticalToF32Weights) {
+  for_each_cpu_isa([](CpuIsa) { check_bit_identical_to_f32(DType::F16, 5); });
 }
-TEST(Dense16, F16BitIdenticalToF32Weights) { check_bit_identical_to_f32(DType::F16, 5); }
-TEST(Dense16, Bf16BitIdenticalToF32Weights) { check_bit_identical_to_f32(DType::BF16, 6); }
+TEST(Dense16, Bf16BitIdenticalToF32Weights) {
+  for_each_cpu_isa([](CpuIsa) { check_bit_identical_to_f32(DType::BF16, 6); });
+}

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cmath>
 #include <string>
 
@@ -13,10 +12,8 @@
 #include "common/parallel.h"
 #include "format/numerics.h"
 
-// NVFP4_CPU_PORTABLE (compile definition) drops the AVX2 code, to test the portable path on x86.
-#if defined(__x86_64__) && !defined(NVFP4_CPU_PORTABLE)
-#define NVFP4_CPU_AVX2 1
-#include <cpuid.h>
+// NVFP4_CPU_AVX2 (common/cpu_isa.h): the x86 intrinsics are compiled.
+#ifdef NVFP4_CPU_AVX2
 #include <immintrin.h>
 #endif
 
@@ -337,34 +334,9 @@ void rows_one_token_simd(const float* x, const uint8_t* codes, int64_t ldc, cons
     default: return rows_one_token_nr<k512, 0>(x, codes, ldc, sc, lds, groups, nr, acc);
   }
 }
-
-bool have_avx2() {
-  // F16C by cpuid: clang's __builtin_cpu_supports does not know "f16c".
-  static const bool yes = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    return __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
-  }();
-  return yes;
-}
-bool have_avx512() {
-  static const bool yes = have_avx2() && __builtin_cpu_supports("avx512f");
-  return yes;
-}
 #endif
 
-std::atomic<int> g_max_isa{static_cast<int>(CpuIsa::Avx512)};
-
-// What this CPU has, capped by set_cpu_linear_max_isa.
-CpuIsa isa_here() {
-  CpuIsa have = CpuIsa::Portable;
-#if defined(NVFP4_CPU_AVX2)
-  if (have_avx512()) have = CpuIsa::Avx512;
-  else if (have_avx2()) have = CpuIsa::Avx2;
-#endif
-  return static_cast<CpuIsa>(std::min(static_cast<int>(have), g_max_isa.load(std::memory_order_relaxed)));
-}
-
-// The kernels below take the instruction set CpuLinear::run read once (isa_here) for the whole call.
+// The kernels below take the instruction set CpuLinear::run read once (cpu_isa) for the whole call.
 void decode_rows(CpuIsa isa, const uint8_t* codes, const float* sc, int64_t groups, DType round_t, float* out) {
 #if defined(NVFP4_CPU_AVX2)
   if (isa >= CpuIsa::Avx2) return decode_avx2(codes, sc, groups, round_t, out);
@@ -421,17 +393,6 @@ std::vector<float> prepare_activations(const LinearWeights& w, Semantics s, DTyp
 
 }  // namespace
 
-void set_cpu_linear_max_isa(CpuIsa isa) { g_max_isa.store(static_cast<int>(isa), std::memory_order_relaxed); }
-CpuIsa cpu_linear_isa() { return isa_here(); }
-const char* cpu_isa_name(CpuIsa isa) {
-  switch (isa) {
-    case CpuIsa::Avx512: return "avx512";
-    case CpuIsa::Avx2: return "avx2";
-    case CpuIsa::Portable: break;
-  }
-  return "portable";
-}
-
 uint16_t linear_output(DType act, float acc, const float* bias_n) {
   return to_bits16(act, round_linear_output(act, acc, bias_n));
 }
@@ -469,7 +430,7 @@ void CpuLinear::run(const uint16_t* x, int64_t m, uint16_t* y) const {
   // With a single token block nothing is reused across token blocks, so every K block goes to offset 0 and the
   // tile stays in L1.
   const bool keep = m > kTokenBlock;
-  const CpuIsa isa = isa_here();
+  const CpuIsa isa = cpu_isa();
   // One token: each weight decoded in registers and used at once (rows_one_token), where that exists.
   const bool one_token = m == 1 && isa >= CpuIsa::Avx2;
   const int64_t mr = tokens_per_tile(isa);

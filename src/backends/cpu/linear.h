@@ -11,18 +11,14 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/cpu_isa.h"
 #include "common/dtype.h"
 #include "format/quant.h"
 
 namespace nvfp4 {
 
-// The instruction sets CpuLinear may use, highest first where the CPU has them (AVX-512F for one token, AVX2 +
-// F16C otherwise; portable C++ anywhere). All give the same bits. set_cpu_linear_max_isa caps them process-wide
-// (tests run every path on one machine); cpu_linear_isa says what the CPU and the cap allow.
-enum class CpuIsa { Portable, Avx2, Avx512 };
-void set_cpu_linear_max_isa(CpuIsa isa);
-CpuIsa cpu_linear_isa();
-const char* cpu_isa_name(CpuIsa isa);
+// CpuLinear uses the instruction sets of common/cpu_isa.h (AVX-512F for one token, AVX2 + F16C otherwise; portable
+// C++ anywhere), all with the same bits.
 
 // Fast CPU path. Construct once per layer (prepare: decodes the block scales to f32 once); run() many times.
 class CpuLinear {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backends/cpu/linear.h"
+#include "cpu_isa_paths.h"
 #include "common/error.h"
 #include "common/parallel.h"
 #include "format/numerics.h"
@@ -157,12 +158,7 @@ std::vector<uint16_t> ordered_oracle(const LinearWeights& w, Semantics s, DType 
 // AND bit-identical to the ordered oracle, in every semantics, both dtypes, with and without bias.
 TEST(CpuLinear, BlockedPathKeepsTheSummationOrder) {
   // Every instruction set this CPU has (portable, AVX2, AVX-512F: the one-token path), each against the oracle.
-  for (CpuIsa isa : {CpuIsa::Portable, CpuIsa::Avx2, CpuIsa::Avx512}) {
-  set_cpu_linear_max_isa(isa);
-  if (cpu_linear_isa() != isa) {
-    std::printf("CPU without %s: its path not run\n", cpu_isa_name(isa));
-    continue;
-  }
+  testing::for_each_cpu_isa([](CpuIsa isa) {
   uint32_t seed = 500;
   for (int64_t m : {1, 2, 7, 33, 130})
     for (auto [n, k] : {std::pair<int64_t, int64_t>{13, 16}, {37, 1040}, {9, 512}})
@@ -179,8 +175,7 @@ TEST(CpuLinear, BlockedPathKeepsTheSummationOrder) {
                                      << " M=" << m << " N=" << n << " K=" << k << " at (" << i / n << "," << i % n
                                      << ")";
         }
-  }
-  set_cpu_linear_max_isa(CpuIsa::Avx512);
+  });
 }
 
 // Past 64 tokens the executor decodes up to 64 rows per block, halved until every thread has 4 blocks: with
