@@ -5,18 +5,8 @@
 # The command is the build's own for that file (compile_commands.json), with only the sm_90a image, `-Xptxas -v`,
 # no dependency file and its object written to OUT, so the flags checked are the flags built.
 # Usage: cmake -DBUILD=<build directory> -DOUT=<object file> [-DEXTRA=<flags;...>] -P ptxas_wgmma.cmake
-foreach(v BUILD OUT)
-  if(NOT DEFINED ${v})
-    message(FATAL_ERROR "ptxas_wgmma.cmake: -D${v}=... is required")
-  endif()
-endforeach()
-set(db "${BUILD}/compile_commands.json")
-if(NOT EXISTS "${db}")
-  message(FATAL_ERROR "ptxas_wgmma: ${db} is missing (the build exports it: CMAKE_EXPORT_COMPILE_COMMANDS)")
-endif()
-file(READ "${db}" json)
-string(JSON count LENGTH "${json}")
-math(EXPR last "${count} - 1")
+include(${CMAKE_CURRENT_LIST_DIR}/compile_db.cmake)
+nvfp4_read_compile_db(ptxas_wgmma BUILD OUT)
 unset(command)
 foreach(i RANGE ${last})
   string(JSON file GET "${json}" ${i} file)

@@ -1,0 +1,16 @@
+# Shared by the build tests (cmake -P scripts): nvfp4_read_compile_db(SCRIPT VAR...) fails unless each -D VAR is
+# given, then reads ${BUILD}/compile_commands.json into `json` and the index of its last entry into `last`.
+macro(nvfp4_read_compile_db script)
+  foreach(v ${ARGN})
+    if(NOT DEFINED ${v})
+      message(FATAL_ERROR "${script}: -D${v}=... is required")
+    endif()
+  endforeach()
+  set(db "${BUILD}/compile_commands.json")
+  if(NOT EXISTS "${db}")
+    message(FATAL_ERROR "${script}: ${db} is missing (the build exports it: CMAKE_EXPORT_COMPILE_COMMANDS)")
+  endif()
+  file(READ "${db}" json)
+  string(JSON count LENGTH "${json}")
+  math(EXPR last "${count} - 1")
+endmacro()
