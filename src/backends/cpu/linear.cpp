@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "common/error.h"
@@ -169,20 +170,37 @@ void tile_avx2(const float* x, int64_t ldx, int mr, const float* w, int64_t ldw,
 
 // decode8's table: entry m holds the bits of the E2M1 magnitude m XOR m << 28. The permute reads an index's low 3
 // bits, so a code c (0-15) fetches entry c & 7, and XOR with c << 28 then cancels bits 28-30 and puts c's sign
-// bit at bit 31: ±magnitude in two operations (shift, XOR) instead of three (shift, mask, XOR).
+// bit at bit 31: ±magnitude without a separate mask of the sign.
 __attribute__((target("avx2"))) inline __m256 decode8_table() {
   const __m256i m = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   return _mm256_castsi256_ps(
       _mm256_xor_si256(_mm256_castps_si256(_mm256_loadu_ps(kE2M1Values)), _mm256_slli_epi32(m, 28)));
 }
 
-// Decode 8 codes (the low 8 bytes of nib, one code per byte) at once: the signed value from decode8_table, then
+// The shifts that spread one 32-bit word of 8 codes (column l in bits 4l..4l+3, as the packing puts them) over
+// the 8 lanes: lane l shifted right by 4l has code l in its low bits (the permute's index; the codes above it
+// are not read), and shifted left by 28 - 4l then masked to bits 28-31 holds exactly code l << 28.
+struct CodeSpread {
+  __m256i right, left, top;
+};
+__attribute__((target("avx2"))) inline CodeSpread code_spread() {
+  return {_mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28), _mm256_setr_epi32(28, 24, 20, 16, 12, 8, 4, 0),
+          _mm256_set1_epi32(static_cast<int>(0xF0000000u))};
+}
+
+// Decode the 8 codes of the 4 bytes at p (low nibble first) at once: one broadcast load, two shifts and a mask
+// give each lane its code as an index and at bits 28-31, then the signed value from decode8_table, then
 // · scale; the vLLM flavour's T rounding is the scalar rule of format/numerics.h done 8 lanes at a time. kRound:
 // 0 none, 1 bf16, 2 f16.
 template <int kRound>
-__attribute__((target("avx2,f16c"))) inline __m256 decode8(__m128i nib, __m256 table, __m256 s) {
-  const __m256i idx = _mm256_cvtepu8_epi32(nib);
-  const __m256 q = _mm256_xor_ps(_mm256_permutevar8x32_ps(table, idx), _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
+__attribute__((target("avx2,f16c"))) inline __m256 decode8(const uint8_t* p, const CodeSpread& cs, __m256 table,
+                                                          __m256 s) {
+  int32_t word;
+  std::memcpy(&word, p, sizeof word);
+  const __m256i w = _mm256_set1_epi32(word);
+  const __m256i idx = _mm256_srlv_epi32(w, cs.right);
+  const __m256i top = _mm256_and_si256(_mm256_sllv_epi32(w, cs.left), cs.top);
+  const __m256 q = _mm256_xor_ps(_mm256_permutevar8x32_ps(table, idx), _mm256_castsi256_ps(top));
   __m256 v = _mm256_mul_ps(q, s);
   if constexpr (kRound == 1) {  // f32_to_bf16 then back: RNE on the high half; NaN → quiet, sign kept
     const __m256i u = _mm256_castps_si256(v);
@@ -199,24 +217,17 @@ __attribute__((target("avx2,f16c"))) inline __m256 decode8(__m128i nib, __m256 t
   return v;
 }
 
-// The 16 codes of a group (8 bytes, low nibble first) as 16 bytes, one code each, in column order.
-__attribute__((target("avx2"))) inline __m128i group_nibbles(const uint8_t* codes) {
-  const __m128i low4 = _mm_set1_epi8(0x0F);
-  const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes));
-  return _mm_unpacklo_epi8(_mm_and_si128(b, low4), _mm_and_si128(_mm_srli_epi16(b, 4), low4));
-}
-
 constexpr int round_code(DType round_t) { return round_t == DType::BF16 ? 1 : round_t == DType::F16 ? 2 : 0; }
 
 template <int kRound>
 __attribute__((target("avx2,f16c"))) void decode_avx2_r(const uint8_t* codes, const float* sc, int64_t groups,
                                                          float* out) {
   const __m256 table = decode8_table();
+  const CodeSpread cs = code_spread();
   for (int64_t g = 0; g < groups; ++g) {
-    const __m128i nib = group_nibbles(codes + g * 8);
     const __m256 s = _mm256_set1_ps(sc[g]);
-    _mm256_storeu_ps(out + g * kGroupSize, decode8<kRound>(nib, table, s));
-    _mm256_storeu_ps(out + g * kGroupSize + 8, decode8<kRound>(_mm_srli_si128(nib, 8), table, s));
+    _mm256_storeu_ps(out + g * kGroupSize, decode8<kRound>(codes + g * 8, cs, table, s));
+    _mm256_storeu_ps(out + g * kGroupSize + 8, decode8<kRound>(codes + g * 8 + 4, cs, table, s));
   }
 }
 
@@ -236,15 +247,16 @@ __attribute__((target("avx2,f16c"))) void rows_one_token_fixed(const float* x, c
                                                                const float* sc, int64_t lds, int64_t groups,
                                                                float* acc) {
   const __m256 table = decode8_table();
+  const CodeSpread cs = code_spread();
   __m256 a[NR];
   for (int j = 0; j < NR; ++j) a[j] = _mm256_setzero_ps();
   for (int64_t g = 0; g < groups; ++g) {
     const __m256 x0 = _mm256_loadu_ps(x + g * kGroupSize), x1 = _mm256_loadu_ps(x + g * kGroupSize + 8);
     for (int j = 0; j < NR; ++j) {
-      const __m128i nib = group_nibbles(codes + j * ldc + g * 8);
+      const uint8_t* c = codes + j * ldc + g * 8;
       const __m256 s = _mm256_set1_ps(sc[j * lds + g]);
-      a[j] = _mm256_add_ps(a[j], _mm256_mul_ps(x0, decode8<kRound>(nib, table, s)));
-      a[j] = _mm256_add_ps(a[j], _mm256_mul_ps(x1, decode8<kRound>(_mm_srli_si128(nib, 8), table, s)));
+      a[j] = _mm256_add_ps(a[j], _mm256_mul_ps(x0, decode8<kRound>(c, cs, table, s)));
+      a[j] = _mm256_add_ps(a[j], _mm256_mul_ps(x1, decode8<kRound>(c + 4, cs, table, s)));
     }
   }
   for (int j = 0; j < NR; ++j) _mm256_storeu_ps(acc + j * kLanes, a[j]);
