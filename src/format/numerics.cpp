@@ -4,25 +4,9 @@
 
 namespace nvfp4 {
 
-uint8_t e2m1_encode(float y) {
-  if (std::isnan(y)) return 0;
-  const uint8_t sign = std::signbit(y) ? 8 : 0;
-  float a = std::fabs(y);
-  if (a > kE2M1Max) a = kE2M1Max;
-  // Interval table of SPEC §1: closed ends belong to the code with the even index (ties to even).
-  uint8_t m;
-  if (a <= 0.25f) m = 0;
-  else if (a < 0.75f) m = 1;
-  else if (a <= 1.25f) m = 2;
-  else if (a < 1.75f) m = 3;
-  else if (a <= 2.5f) m = 4;
-  else if (a < 3.5f) m = 5;
-  else if (a <= 5.0f) m = 6;
-  else m = 7;
-  return static_cast<uint8_t>(sign | m);
-}
-
-float e4m3_decode(uint8_t code) {
+namespace {
+// SPEC §1's e4m3fn value of one byte.
+float e4m3_value(uint8_t code) {
   const int e = (code >> 3) & 0xF;
   const int m = code & 7;
   float v;
@@ -30,6 +14,18 @@ float e4m3_decode(uint8_t code) {
   if (e == 0) v = std::ldexp(static_cast<float>(m), -9);  // subnormal: m · 2^-9
   else v = std::ldexp(1.0f + m / 8.0f, e - 7);
   return (code & 0x80) ? -v : v;
+}
+struct E4m3Table {
+  float v[256];
+  E4m3Table() {
+    for (int c = 0; c < 256; ++c) v[c] = e4m3_value(static_cast<uint8_t>(c));
+  }
+};
+}  // namespace
+
+float e4m3_decode(uint8_t code) {
+  static const E4m3Table table;  // built on first use: safe from other files' static initializers
+  return table.v[code];
 }
 
 uint8_t e4m3_encode(float x) {

@@ -21,7 +21,17 @@ inline float e2m1_decode(uint8_t code) {
 
 // Clamp to [-6, 6], round to nearest on the grid with ties to the even code; the sign is kept (a negative
 // value that rounds to zero gives 0x8). NaN encodes as 0 (callers validate before quantizing).
-uint8_t e2m1_encode(float y);
+// The magnitude code counts the interval ends of SPEC §1 at or below |y|: a closed end (<=) belongs to the code
+// with the even index, so that comparison is strict, an open end's is not. NaN compares false everywhere: code 0.
+// Inline and without branches: the activation quantizer runs it on every value.
+inline uint8_t e2m1_encode(float y) {
+  const float a = y < 0.0f ? -y : y;
+  const int m = (a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) + (a >= 3.5f) + (a > 5.0f);
+  uint32_t u;
+  std::memcpy(&u, &y, 4);
+  const int sign = (u >> 31) != 0 && a == a ? 8 : 0;
+  return static_cast<uint8_t>(sign | m);
+}
 // The checkpoint writers' cast: the same except that an exact zero of either sign gives +0 (code 0x0).
 // compressed-tensors computes torch.sign(y) · round(|y|) and torch.sign(-0.0) is 0 (pinned by the golden
 // files); ModelOpt takes the sign bit from (y < 0), which is false for -0.0.
@@ -31,7 +41,7 @@ inline uint8_t e2m1_encode_unsigned_zero(float y) { return y == 0.0f ? 0 : e2m1_
 constexpr float kE4M3Max = 448.0f;
 constexpr uint8_t kE4M3NaN = 0x7F;
 
-// Value of an e4m3fn byte; 0x7F/0xFF decode to NaN.
+// Value of an e4m3fn byte; 0x7F/0xFF decode to NaN. A lookup in a table of the 256 values.
 float e4m3_decode(uint8_t code);
 // Clamp to [-448, 448], then round to nearest even. NaN encodes as 0x7F.
 uint8_t e4m3_encode(float x);

@@ -394,11 +394,15 @@ std::vector<float> prepare_activations(const LinearWeights& w, Semantics s, DTyp
   if (s == Semantics::W4A16) return xf;
   std::vector<uint8_t> codes(static_cast<size_t>(m * k / 2)), scales(static_cast<size_t>(m * k / kGroupSize));
   quantize_activations(xf.data(), m, k, w.input_global.enc, codes.data(), scales.data());
+  const int64_t groups = k / kGroupSize;
   for (int64_t r = 0; r < m; ++r)
-    for (int64_t c = 0; c < k; ++c) {
-      const float sx = e4m3_decode(scales[r * (k / kGroupSize) + c / kGroupSize]);
-      const float q = e2m1_decode(get_e2m1(codes.data() + r * (k / 2), c));
-      xf[r * k + c] = s == Semantics::W4A4 ? q * sx : round_to(act, q * (sx / w.input_global.enc));
+    for (int64_t g = 0; g < groups; ++g) {
+      const float sx = e4m3_decode(scales[r * groups + g]);
+      const float sv = sx / w.input_global.enc;  // the vLLM flavour's f32(sx/gs_x)
+      for (int64_t c = g * kGroupSize; c < (g + 1) * kGroupSize; ++c) {
+        const float q = e2m1_decode(get_e2m1(codes.data() + r * (k / 2), c));
+        xf[r * k + c] = s == Semantics::W4A4 ? q * sx : round_to(act, q * sv);
+      }
     }
   return xf;
 }
