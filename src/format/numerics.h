@@ -8,6 +8,18 @@
 
 namespace nvfp4 {
 
+// An f32's bit pattern and back.
+inline uint32_t f32_bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return u;
+}
+inline float f32_from_bits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
 // ---- E2M1 -------------------------------------------------------------------------------------------
 // Magnitudes indexed by the low 3 bits of a code; bit 3 is the sign (0x8 is -0.0).
 constexpr float kE2M1Values[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
@@ -27,9 +39,7 @@ inline float e2m1_decode(uint8_t code) {
 inline uint8_t e2m1_encode(float y) {
   const float a = y < 0.0f ? -y : y;
   const int m = (a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) + (a >= 3.5f) + (a > 5.0f);
-  uint32_t u;
-  std::memcpy(&u, &y, 4);
-  const int sign = (u >> 31) != 0 && a == a ? 8 : 0;
+  const int sign = (f32_bits(y) >> 31) != 0 && a == a ? 8 : 0;
   return static_cast<uint8_t>(sign | m);
 }
 // The checkpoint writers' cast: the same except that an exact zero of either sign gives +0 (code 0x0).
@@ -46,18 +56,6 @@ float e4m3_decode(uint8_t code);
 // Clamp to [-448, 448], then round to nearest even. NaN encodes as 0x7F.
 uint8_t e4m3_encode(float x);
 inline bool e4m3_is_nan(uint8_t code) { return (code & 0x7F) == 0x7F; }
-
-// An f32's bit pattern and back.
-inline uint32_t f32_bits(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return u;
-}
-inline float f32_from_bits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 // ---- bf16 / fp16 (bit patterns in uint16_t) ---------------------------------------------------------
 // RNE; NaN stays NaN (quiet, sign kept). Inline: it sits in hot loops of the CPU executor.
