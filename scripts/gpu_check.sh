@@ -4,7 +4,7 @@
 # the perplexities. Prints a markdown summary (also written to $NVFP4_CHECK_OUT/summary.md).
 #   scripts/gpu_check.sh [MODEL_DIR]
 #   NVFP4_BUILD_DIR   build folder (default: build-gpu)
-#   NVFP4_CUDA_ARCHS  architectures (default: 90a; e.g. 80 for A100, 100a for B200, 120a for RTX 50xx)
+#   NVFP4_CUDA_ARCHS  architectures (default: 90a; e.g. 80 for A100, 100 for B200/B300, 120 for RTX 50xx and GB10)
 #   NVFP4_CHECK_OUT   where logs go (default: $NVFP4_BUILD_DIR/check)
 #   NVFP4_CHECK_TESTS 0 to skip the GPU tests (model comparison only)
 set -uo pipefail

@@ -103,12 +103,18 @@ check "--explain-device sm_90: W4A16 with the reason" '^W4A4 layer:  w4a16 on .*
   "$bin" inspect "$a" --explain-device sm_90
 check "--explain-device cpu" '^W4A4 layer:  w4a16 on cpu' -- "$bin" inspect "$a" --explain-device cpu
 check "--explain-device before PATH" '^W4A16 layer: ' -- "$bin" inspect --explain-device "$a"
-if "$bin" inspect --help | grep -q -- '--explain-device' && "$bin" inspect "$a" --explain-device | grep -q '^build: *CUDA, archs .*100a'; then
-  check "--explain-device sm_100 with sm_100a code: native FP4" '^W4A4 layer:  w4a4 on cublaslt' -- \
+if "$bin" inspect --help | grep -q -- '--explain-device' && "$bin" inspect "$a" --explain-device | grep -q '^build: *CUDA, archs .*sm_100'; then
+  check "--explain-device sm_100 with sm_100 code: native FP4" '^W4A4 layer:  w4a4 on cublaslt' -- \
     "$bin" inspect "$a" --explain-device sm_100
 else
-  check "--explain-device sm_100 without sm_100a code: W4A16" '^W4A4 layer:  w4a16 on ' -- \
+  check "--explain-device sm_100 without sm_100 code: W4A16" '^W4A4 layer:  w4a16 on ' -- \
     "$bin" inspect "$a" --explain-device sm_100
+fi
+if "$bin" inspect "$a" --explain-device | grep -q '^build: *CUDA, archs .*sm_120\b'; then
+  check "--explain-device sm_121 (GB10) with generic sm_120 code: native FP4" '^W4A4 layer:  w4a4 on cublaslt' -- \
+    "$bin" inspect "$a" --explain-device sm_121
+  check "--explain-device sm_103 (B300) with generic sm_100 code: native FP4" '^W4A4 layer:  w4a4 on cublaslt' -- \
+    "$bin" inspect "$a" --explain-device sm_103
 fi
 "$bin" inspect "$a" --explain-device sm_x >/dev/null 2>"$work/err"; rc=$?
 if [ "$rc" -ne 2 ] || ! grep -q "^error: --explain-device: 'sm_x' is not a device" "$work/err"; then

@@ -19,11 +19,11 @@ CudaArch sass(int sm, char variant = 0) {
   return a;
 }
 
-// The default build: -DNVFP4_CUDA_ARCHS="80;90a;100a;120a", CUDA 13.0 runtime, cuBLASLt 13.1.
+// The default build: -DNVFP4_CUDA_ARCHS="80;90a;100;120", CUDA 13.0 runtime, cuBLASLt 13.1.
 BuildInfo full_build() {
   BuildInfo b;
   b.cuda = true;
-  b.cuda_archs = {sass(80), sass(90, 'a'), sass(100, 'a'), sass(120, 'a')};
+  b.cuda_archs = {sass(80), sass(90, 'a'), sass(100), sass(120)};
   b.cudart_version = 13000;
   b.driver_version = 13000;
   b.cublaslt_version = 130100;
@@ -80,6 +80,8 @@ std::vector<Row> rows() {
   hopper_only.cuda_archs = {sass(80), sass(90, 'a')};
   BuildInfo family = full_build();
   family.cuda_archs = {sass(80), sass(90, 'a'), sass(100, 'f'), sass(120, 'f')};
+  BuildInfo arch_specific = full_build();  // the default list before it became generic
+  arch_specific.cuda_archs = {sass(80), sass(90, 'a'), sass(100, 'a'), sass(120, 'a')};
   BuildInfo cpu_build;  // CPU-only build
   DeviceInfo b200_probe_none = b200();
   b200_probe_none.image_sm = 0;  // the driver found no image (the run-time probe wins over the arch list)
@@ -110,9 +112,16 @@ std::vector<Row> rows() {
        "no native FP4 on NVIDIA B200 (this binary has no sm_100 code)"},
       {"B200 probe finds no image", b200_probe_none, full, W4A4, {}, Semantics::W4A16, Executor::Cpu,
        "this binary has no sm_100 code"},
-      {"B300 with sm_100a only", b300, full, W4A4, {}, Semantics::W4A16, Executor::Cpu, "no sm_103 code"},
+      {"B300 with the default build", b300, full, W4A4, {}, Semantics::W4A4, Executor::Cublaslt, ""},
+      {"B300 W4A16 checkpoint", b300, full, W4A16, {}, Semantics::W4A16, Executor::Cuda, ""},
+      {"B300 with sm_100a only", b300, arch_specific, W4A4, {}, Semantics::W4A16, Executor::Cpu, "no sm_103 code"},
       {"B300 with sm_100f", b300, family, W4A4, {}, Semantics::W4A4, Executor::Cublaslt, ""},
-      {"GB10 (12.1) with sm_120a only", gb10, full, W4A4, {}, Semantics::W4A16, Executor::Cpu, "no sm_121 code"},
+      {"GB10 (12.1) with the default build", gb10, full, W4A4, {}, Semantics::W4A4, Executor::Cublaslt, ""},
+      {"GB10 W4A16 checkpoint", gb10, full, W4A16, {}, Semantics::W4A16, Executor::Cuda, ""},
+      {"GB10 (12.1) with sm_120a only", gb10, arch_specific, W4A4, {}, Semantics::W4A16, Executor::Cpu,
+       "no sm_121 code"},
+      {"Thor (11.0) with the default build", DeviceInfo::gpu("NVIDIA Thor", 11, 0), full, W4A4, {}, Semantics::W4A16,
+       Executor::Cpu, "no sm_110 code"},
       {"B200 emulation: our kernels", b200(), full, W4A4, env({{"NVFP4_USE_EMULATION", "1"}}), Semantics::W4A4,
        Executor::Cuda, ""},
       {"B200 --linear-backend cuda", b200(), full, W4A4, backend(Executor::Cuda), Semantics::W4A16,
@@ -289,7 +298,10 @@ TEST(Select, ArchCompatibility) {
   ptx80.ptx = true;
   EXPECT_TRUE(archs_run_on({ptx80}, 120));  // generic PTX JIT-compiles forward
   EXPECT_FALSE(archs_run_on({}, 90));
-  EXPECT_EQ(full_build().archs_string(), "sm_80,sm_90a,sm_100a,sm_120a");
+  EXPECT_TRUE(archs_run_on({sass(100)}, 103));  // generic: the newer minor versions too
+  EXPECT_TRUE(archs_run_on({sass(120)}, 121));
+  EXPECT_FALSE(archs_run_on({sass(100)}, 110));
+  EXPECT_EQ(full_build().archs_string(), "sm_80,sm_90a,sm_100,sm_120");
   EXPECT_EQ(cublaslt_version_string(120803), "12.8.3");
   EXPECT_EQ(cudart_version_string(12080), "12.8");
 }
@@ -335,7 +347,7 @@ TEST(Select, ExplainMentionsDeviceBuildAndBothSchemes) {
   const std::string e = explain_dispatch(h200(), full_build(), {});
   std::printf("%s", e.c_str());
   EXPECT_NE(e.find("NVIDIA H200 (9.0)"), std::string::npos);
-  EXPECT_NE(e.find("sm_80,sm_90a,sm_100a,sm_120a"), std::string::npos);
+  EXPECT_NE(e.find("sm_80,sm_90a,sm_100,sm_120"), std::string::npos);
   EXPECT_NE(e.find("W4A4 layer:  w4a16 on cuda:0"), std::string::npos);
   EXPECT_NE(e.find("cublaslt needs compute capability >= 10.0"), std::string::npos);
 }

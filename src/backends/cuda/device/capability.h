@@ -55,7 +55,8 @@ inline Capability native_fp4_capability(const DeviceInfo& dev, const BuildInfo& 
     return Capability::no("this binary has no " + dev.sm_name() + " code",
                           "cublaslt needs this binary to carry code for " + dev.sm_name() +
                               " (its activation quantizer runs there); it was built for " + build.archs_string() +
-                              " (rebuild with -DNVFP4_CUDA_ARCHS including " + std::to_string(dev.cc()) + "a)");
+                              " (rebuild with -DNVFP4_CUDA_ARCHS including " + std::to_string(dev.cc() / 10 * 10) +
+                              ")");
   return {};
 }
 

@@ -56,7 +56,7 @@ std::string driver_problem(cudaError_t e) {
          cudart_version_string(b.cudart_version) + "; " + cudaGetErrorName(e);
 }
 
-// Parses the build's architecture list, e.g. "80;90a;100a;120a" (CMake's NVFP4_CUDA_ARCHS, entries compiled
+// Parses the build's architecture list, e.g. "80;90a;100;120" (CMake's NVFP4_CUDA_ARCHS, entries compiled
 // as -gencode=arch=compute_X,code=sm_X: SASS only).
 std::vector<CudaArch> parse_arch_list(const std::string& s) {
   std::vector<CudaArch> out;

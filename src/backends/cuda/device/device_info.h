@@ -51,7 +51,7 @@ struct BuildInfo {
   int cudart_version = 0;           // cudaRuntimeGetVersion, e.g. 13000 (major*1000 + minor*10); 0 if none
   int driver_version = 0;           // cudaDriverGetVersion, same encoding; 0 if none
   int64_t cublaslt_version = 0;     // cublasLtGetVersion, e.g. 130100 (major*10000 + minor*100 + patch)
-  std::string archs_string() const; // "sm_80,sm_90a,sm_100a,sm_120a" or "none"
+  std::string archs_string() const; // "sm_80,sm_90a,sm_100,sm_120" or "none"
 };
 
 // Human-readable versions: cudart 12080 -> "12.8"; cuBLASLt 120803 -> "12.8.3".
