@@ -116,6 +116,10 @@ if "$bin" inspect "$a" --explain-device | grep -q '^build: *CUDA, archs .*sm_120
   check "--explain-device sm_103 (B300) with generic sm_100 code: native FP4" '^W4A4 layer:  w4a4 on cublaslt' -- \
     "$bin" inspect "$a" --explain-device sm_103
 fi
+if "$bin" inspect "$a" --explain-device | grep -q '^build: *CUDA, archs .*compute_100\b'; then
+  check "--explain-device sm_110 (Thor) with compute_100 PTX: native FP4" '^W4A4 layer:  w4a4 on cublaslt' -- \
+    "$bin" inspect "$a" --explain-device sm_110
+fi
 "$bin" inspect "$a" --explain-device sm_x >/dev/null 2>"$work/err"; rc=$?
 if [ "$rc" -ne 2 ] || ! grep -q "^error: --explain-device: 'sm_x' is not a device" "$work/err"; then
   echo "FAIL: a bad --explain-device value must be a usage error (rc=$rc)"; fails=$((fails + 1))

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -19,11 +20,17 @@ CudaArch sass(int sm, char variant = 0) {
   return a;
 }
 
-// The default build: -DNVFP4_CUDA_ARCHS="80;90a;100;120", CUDA 13.0 runtime, cuBLASLt 13.1.
+CudaArch ptx(int sm) {
+  CudaArch a = sass(sm);
+  a.ptx = true;
+  return a;
+}
+
+// The default build: -DNVFP4_CUDA_ARCHS="80;90a;100;120;compute_100", CUDA 13.0 runtime, cuBLASLt 13.1.
 BuildInfo full_build() {
   BuildInfo b;
   b.cuda = true;
-  b.cuda_archs = {sass(80), sass(90, 'a'), sass(100), sass(120)};
+  b.cuda_archs = {sass(80), sass(90, 'a'), sass(100), sass(120), ptx(100)};
   b.cudart_version = 13000;
   b.driver_version = 13000;
   b.cublaslt_version = 130100;
@@ -82,11 +89,14 @@ std::vector<Row> rows() {
   family.cuda_archs = {sass(80), sass(90, 'a'), sass(100, 'f'), sass(120, 'f')};
   BuildInfo arch_specific = full_build();  // the default list before it became generic
   arch_specific.cuda_archs = {sass(80), sass(90, 'a'), sass(100, 'a'), sass(120, 'a')};
+  BuildInfo no_ptx = full_build();
+  no_ptx.cuda_archs = {sass(80), sass(90, 'a'), sass(100), sass(120)};
   BuildInfo cpu_build;  // CPU-only build
   DeviceInfo b200_probe_none = b200();
   b200_probe_none.image_sm = 0;  // the driver found no image (the run-time probe wins over the arch list)
   DeviceInfo b300 = DeviceInfo::gpu("NVIDIA B300", 10, 3);
   DeviceInfo gb10 = DeviceInfo::gpu("NVIDIA GB10", 12, 1);
+  DeviceInfo thor = DeviceInfo::gpu("NVIDIA Thor", 11, 0);
   const auto W4A4 = LayerScheme::W4A4;
   const auto W4A16 = LayerScheme::W4A16;
   const auto full = full_build();
@@ -120,8 +130,9 @@ std::vector<Row> rows() {
       {"GB10 W4A16 checkpoint", gb10, full, W4A16, {}, Semantics::W4A16, Executor::Cuda, ""},
       {"GB10 (12.1) with sm_120a only", gb10, arch_specific, W4A4, {}, Semantics::W4A16, Executor::Cpu,
        "no sm_121 code"},
-      {"Thor (11.0) with the default build", DeviceInfo::gpu("NVIDIA Thor", 11, 0), full, W4A4, {}, Semantics::W4A16,
-       Executor::Cpu, "no sm_110 code"},
+      {"Thor (11.0) with the default build (PTX)", thor, full, W4A4, {}, Semantics::W4A4, Executor::Cublaslt, ""},
+      {"Thor W4A16 checkpoint (PTX)", thor, full, W4A16, {}, Semantics::W4A16, Executor::Cuda, ""},
+      {"Thor (11.0) without PTX", thor, no_ptx, W4A4, {}, Semantics::W4A16, Executor::Cpu, "no sm_110 code"},
       {"B200 emulation: our kernels", b200(), full, W4A4, env({{"NVFP4_USE_EMULATION", "1"}}), Semantics::W4A4,
        Executor::Cuda, ""},
       {"B200 --linear-backend cuda", b200(), full, W4A4, backend(Executor::Cuda), Semantics::W4A16,
@@ -294,14 +305,14 @@ TEST(Select, ArchCompatibility) {
   EXPECT_FALSE(archs_run_on({sass(100, 'a')}, 103));  // arch-specific: exact device only
   EXPECT_TRUE(archs_run_on({sass(100, 'f')}, 103));
   EXPECT_FALSE(archs_run_on({sass(100, 'f')}, 120));
-  CudaArch ptx80 = sass(80);
-  ptx80.ptx = true;
-  EXPECT_TRUE(archs_run_on({ptx80}, 120));  // generic PTX JIT-compiles forward
+  EXPECT_TRUE(archs_run_on({ptx(80)}, 120));  // generic PTX JIT-compiles forward
+  EXPECT_TRUE(archs_run_on({ptx(100)}, 110));
+  EXPECT_FALSE(archs_run_on({ptx(100)}, 90));
   EXPECT_FALSE(archs_run_on({}, 90));
   EXPECT_TRUE(archs_run_on({sass(100)}, 103));  // generic: the newer minor versions too
   EXPECT_TRUE(archs_run_on({sass(120)}, 121));
   EXPECT_FALSE(archs_run_on({sass(100)}, 110));
-  EXPECT_EQ(full_build().archs_string(), "sm_80,sm_90a,sm_100,sm_120");
+  EXPECT_EQ(full_build().archs_string(), "sm_80,sm_90a,sm_100,sm_120,compute_100");
   EXPECT_EQ(cublaslt_version_string(120803), "12.8.3");
   EXPECT_EQ(cudart_version_string(12080), "12.8");
 }
@@ -347,7 +358,7 @@ TEST(Select, ExplainMentionsDeviceBuildAndBothSchemes) {
   const std::string e = explain_dispatch(h200(), full_build(), {});
   std::printf("%s", e.c_str());
   EXPECT_NE(e.find("NVIDIA H200 (9.0)"), std::string::npos);
-  EXPECT_NE(e.find("sm_80,sm_90a,sm_100,sm_120"), std::string::npos);
+  EXPECT_NE(e.find("sm_80,sm_90a,sm_100,sm_120,compute_100"), std::string::npos);
   EXPECT_NE(e.find("W4A4 layer:  w4a16 on cuda:0"), std::string::npos);
   EXPECT_NE(e.find("cublaslt needs compute capability >= 10.0"), std::string::npos);
 }
@@ -357,6 +368,18 @@ TEST(Select, ExplainMentionsDeviceBuildAndBothSchemes) {
 
 namespace nvfp4 {
 namespace {
+
+#ifdef NVFP4_TEST_CUDA_ARCHS
+// The library reports the architecture list it was built with (NVFP4_CUDA_ARCHS): an entry X as SASS sm_X, an
+// entry compute_X as PTX, in order; the dispatch's "does this binary carry code" rule reads this list.
+TEST(RealMachine, BuildRecordsItsArchitectureList) {
+  std::string want, item;
+  std::stringstream ss(NVFP4_TEST_CUDA_ARCHS);
+  while (std::getline(ss, item, ','))
+    want += (want.empty() ? "" : ",") + (item.rfind("compute_", 0) == 0 ? item : "sm_" + item);
+  EXPECT_EQ(query_build().archs_string(), want);
+}
+#endif
 
 // This machine, as the library sees it at run time (no GPU here -> the CPU; an H200 -> w4a16 on cuda; a
 // Blackwell with cuBLASLt >= 12.8 -> w4a4 on cublaslt). Prints the decision so a test log shows it.

@@ -56,8 +56,8 @@ std::string driver_problem(cudaError_t e) {
          cudart_version_string(b.cudart_version) + "; " + cudaGetErrorName(e);
 }
 
-// Parses the build's architecture list, e.g. "80;90a;100;120" (CMake's NVFP4_CUDA_ARCHS, entries compiled
-// as -gencode=arch=compute_X,code=sm_X: SASS only).
+// Parses the build's architecture list, e.g. "80;90a;100;120;compute_100" (CMake's NVFP4_CUDA_ARCHS: an entry X
+// compiled as -gencode=arch=compute_X,code=sm_X, SASS; an entry compute_X as PTX).
 std::vector<CudaArch> parse_arch_list(const std::string& s) {
   std::vector<CudaArch> out;
   std::string item;
@@ -65,6 +65,11 @@ std::vector<CudaArch> parse_arch_list(const std::string& s) {
   while (std::getline(ss, item, s.find(';') != std::string::npos ? ';' : ',')) {
     if (item.empty()) continue;
     CudaArch a;
+    if (item.rfind("compute_", 0) == 0) {
+      a.ptx = true;
+      item = item.substr(8);
+    }
+    if (item.empty()) continue;
     a.sm = std::atoi(item.c_str());
     const char last = item.back();
     if (last == 'a' || last == 'f') a.variant = last;
