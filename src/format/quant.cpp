@@ -219,6 +219,14 @@ Nvfp4Matrix modelopt_quantize(const float* w, int64_t rows, int64_t cols, float 
   return q;
 }
 
+uint8_t activation_group_scale(const float* v, float gs_enc, float gs_dec, float* os) {
+  const float vmax = abs_max(v, kGroupSize);
+  const float prod = gs_enc * (vmax * kOneSixth);
+  const uint8_t s8 = e4m3_encode(clamp_abs(prod, kE4M3Max));
+  *os = activation_scale_reciprocal(s8, gs_dec);
+  return s8;
+}
+
 void quantize_activations(const float* x, int64_t m, int64_t k, float gs_enc, uint8_t* codes,
                           uint8_t* scales) {
   check_cols(k, "quantize_activations");
@@ -229,16 +237,10 @@ void quantize_activations(const float* x, int64_t m, int64_t k, float gs_enc, ui
     uint8_t* crow = codes + r * (k / 2);
     for (int64_t g = 0; g < groups; ++g) {
       const float* v = row + g * kGroupSize;
-      const float vmax = abs_max(v, kGroupSize);
-      const float prod = gs_enc * (vmax * kOneSixth);
-      const uint8_t s8 = e4m3_encode(clamp_abs(prod, kE4M3Max));
-      scales[r * groups + g] = s8;
-      const float os = activation_scale_reciprocal(s8, gs_dec);
-      for (int j = 0; j < kGroupSize; j += 2) {
-        const uint8_t lo = e2m1_encode(clamp_abs(v[j] * os, kE2M1Max));
-        const uint8_t hi = e2m1_encode(clamp_abs(v[j + 1] * os, kE2M1Max));
-        crow[(g * kGroupSize + j) / 2] = pack_e2m1x2(lo, hi);
-      }
+      float os;
+      scales[r * groups + g] = activation_group_scale(v, gs_enc, gs_dec, &os);
+      for (int j = 0; j < kGroupSize; j += 2)
+        crow[(g * kGroupSize + j) / 2] = pack_e2m1x2(activation_code(v[j], os), activation_code(v[j + 1], os));
     }
   }
 }

@@ -111,6 +111,12 @@ inline float activation_scale_reciprocal(uint8_t s8, float gs_dec) {
   const float s = e4m3_decode(s8);
   return s == 0.0f ? 0.0f : 1.0f / (s * gs_dec);
 }
+// One group of 16 activations v as quantize_activations takes it: returns its scale byte (SPEC §4 step 2) and
+// sets *os = activation_scale_reciprocal of it; each value then gets the code activation_code(v[j], *os). For
+// callers that need the group's values rather than packed codes (the CPU executor's W4A4 activations).
+uint8_t activation_group_scale(const float* v, float gs_enc, float gs_dec, float* os);
+// E2M1 code of one value v of a group whose factor is os (SPEC §4 step 4; e2m1_encode clamps to ±6 itself).
+inline uint8_t activation_code(float v, float os) { return e2m1_encode(v * os); }
 
 // ---- dequantization ------------------------------------------------------------------------------------
 // out (rows, cols) f32 = e2m1 · e4m3 · global.dec, the product formed as f32(f32(e2m1·S)·dec) (e2m1·S is exact).

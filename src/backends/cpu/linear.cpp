@@ -385,25 +385,34 @@ void rows_one_token(CpuIsa isa, const float* x, const uint8_t* codes, int64_t ld
 }
 
 // Activations converted to f32 in the form each semantics multiplies: x itself (w4a16), e2m1·sx (w4a4),
-// T(e2m1·f32(sx/gs_x)) (w4a4-vllm). (m, k) row-major.
+// T(e2m1·f32(sx/gs_x)) (w4a4-vllm), with the codes and scales of format/quant.h's quantize_activations (its
+// per-group steps, without packing the codes). (m, k) row-major; the W4A4 rows in parallel (a conversion alone is
+// cheaper than waking the pool).
 std::vector<float> prepare_activations(const LinearWeights& w, Semantics s, DType act, const uint16_t* x,
                                        int64_t m) {
-  const int64_t k = w.weight.cols;
+  const int64_t k = w.weight.cols, groups = k / kGroupSize;
   std::vector<float> xf(static_cast<size_t>(m * k));
-  for (int64_t i = 0; i < m * k; ++i) xf[i] = from_bits16(act, x[i]);
-  if (s == Semantics::W4A16) return xf;
-  std::vector<uint8_t> codes(static_cast<size_t>(m * k / 2)), scales(static_cast<size_t>(m * k / kGroupSize));
-  quantize_activations(xf.data(), m, k, w.input_global.enc, codes.data(), scales.data());
-  const int64_t groups = k / kGroupSize;
-  for (int64_t r = 0; r < m; ++r)
-    for (int64_t g = 0; g < groups; ++g) {
-      const float sx = e4m3_decode(scales[r * groups + g]);
-      const float sv = sx / w.input_global.enc;  // the vLLM flavour's f32(sx/gs_x)
-      for (int64_t c = g * kGroupSize; c < (g + 1) * kGroupSize; ++c) {
-        const float q = e2m1_decode(get_e2m1(codes.data() + r * (k / 2), c));
-        xf[r * k + c] = s == Semantics::W4A4 ? q * sx : round_to(act, q * sv);
+  if (s == Semantics::W4A16) {
+    for (int64_t i = 0; i < m * k; ++i) xf[i] = from_bits16(act, x[i]);
+    return xf;
+  }
+  const float enc = w.input_global.enc, gs_dec = 1.0f / enc;
+  parallel_for(static_cast<size_t>(m), 1, [&](size_t r0, size_t r1) {
+    for (int64_t r = static_cast<int64_t>(r0); r < static_cast<int64_t>(r1); ++r) {
+      float* const row = xf.data() + r * k;
+      for (int64_t c = 0; c < k; ++c) row[c] = from_bits16(act, x[r * k + c]);
+      for (int64_t g = 0; g < groups; ++g) {
+        float* const v = row + g * kGroupSize;
+        float os;
+        const float sx = e4m3_decode(activation_group_scale(v, enc, gs_dec, &os));
+        const float sv = sx / enc;  // the vLLM flavour's f32(sx/gs_x)
+        for (int j = 0; j < kGroupSize; ++j) {
+          const float q = e2m1_decode(activation_code(v[j], os));
+          v[j] = s == Semantics::W4A4 ? q * sx : round_to(act, q * sv);
+        }
       }
     }
+  });
   return xf;
 }
 
