@@ -4,7 +4,8 @@
 # the perplexities. Prints a markdown summary (also written to $NVFP4_CHECK_OUT/summary.md).
 #   scripts/gpu_check.sh [MODEL_DIR]
 #   NVFP4_BUILD_DIR   build folder (default: build-gpu)
-#   NVFP4_CUDA_ARCHS  architectures (default: 90a; e.g. 80 for A100, 100 for B200/B300, 120 for RTX 50xx and GB10)
+#   NVFP4_CUDA_ARCHS  architectures (default: those of this machine's GPUs, scripts/cuda_archs.sh: 80 for A100 and
+#                     RTX 30xx/40xx, 90a for H100/H200, 100 for B200/B300, 120 for RTX 50xx and GB10)
 #   NVFP4_CHECK_OUT   where logs go (default: $NVFP4_BUILD_DIR/check)
 #   NVFP4_CHECK_TESTS 0 to skip the GPU tests (model comparison only)
 set -uo pipefail
@@ -16,8 +17,11 @@ mkdir -p "$out"
 model="${1:-}"
 nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 
+archs="${NVFP4_CUDA_ARCHS:-$(scripts/cuda_archs.sh)}"
+archs="${archs:-90a}"
+echo "architectures: $archs" | tee -a "$out/gpu.txt"
 if [ ! -f "$build/build.ninja" ]; then
-  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNVFP4_CUDA_ARCHS="${NVFP4_CUDA_ARCHS:-90a}" \
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNVFP4_CUDA_ARCHS="$archs" \
     >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
 fi
 cmake --build "$build" -j "$(nproc)" >"$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -30; exit 1; }
