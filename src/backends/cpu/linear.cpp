@@ -191,7 +191,9 @@ __attribute__((target("avx2"))) inline CodeSpread code_spread() {
 // Decode the 8 codes of the 4 bytes at p (low nibble first) at once: one broadcast load, two shifts and a mask
 // give each lane its code as an index and at bits 28-31, then the signed value from decode8_table, then
 // · scale; the vLLM flavour's T rounding is the scalar rule of format/numerics.h done 8 lanes at a time. kRound:
-// 0 none, 1 bf16, 2 f16.
+// 0 none, 1 bf16, 2 f16, 3 bf16 where no block scale is NaN (round_code): a product of a finite code and a non-NaN
+// scale is NaN only as the invalid product 0 · inf, whose default NaN keeps its quiet bit through the rounding, so
+// the NaN test and blend are left out.
 template <int kRound>
 __attribute__((target("avx2,f16c"))) inline __m256 decode8(const uint8_t* p, const CodeSpread& cs, __m256 table,
                                                           __m256 s) {
@@ -202,14 +204,16 @@ __attribute__((target("avx2,f16c"))) inline __m256 decode8(const uint8_t* p, con
   const __m256i top = _mm256_and_si256(_mm256_sllv_epi32(w, cs.left), cs.top);
   const __m256 q = _mm256_xor_ps(_mm256_permutevar8x32_ps(table, idx), _mm256_castsi256_ps(top));
   __m256 v = _mm256_mul_ps(q, s);
-  if constexpr (kRound == 1) {  // f32_to_bf16 then back: RNE on the high half; NaN → quiet, sign kept
+  if constexpr (kRound == 1 || kRound == 3) {  // f32_to_bf16 then back: RNE on the high half; NaN → quiet, sign kept
     const __m256i u = _mm256_castps_si256(v);
     const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    const __m256i rne = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), odd);
-    const __m256i quiet = _mm256_or_si256(u, _mm256_set1_epi32(0x00400000));
-    const __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF)),
-                                              _mm256_set1_epi32(0x7F800000));
-    const __m256i r = _mm256_blendv_epi8(rne, quiet, is_nan);
+    __m256i r = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), odd);
+    if constexpr (kRound == 1) {
+      const __m256i quiet = _mm256_or_si256(u, _mm256_set1_epi32(0x00400000));
+      const __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF)),
+                                                _mm256_set1_epi32(0x7F800000));
+      r = _mm256_blendv_epi8(r, quiet, is_nan);
+    }
     v = _mm256_castsi256_ps(_mm256_and_si256(r, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
   } else if constexpr (kRound == 2) {  // IEEE RNE with subnormals and overflow to inf, as f32_to_f16
     v = _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
@@ -217,7 +221,10 @@ __attribute__((target("avx2,f16c"))) inline __m256 decode8(const uint8_t* p, con
   return v;
 }
 
-constexpr int round_code(DType round_t) { return round_t == DType::BF16 ? 1 : round_t == DType::F16 ? 2 : 0; }
+// nan_free: no block scale of the layer is NaN (CpuLinear's nan_free_scales_).
+constexpr int round_code(DType round_t, bool nan_free) {
+  return round_t == DType::BF16 ? (nan_free ? 3 : 1) : round_t == DType::F16 ? 2 : 0;
+}
 
 template <int kRound>
 __attribute__((target("avx2,f16c"))) void decode_avx2_r(const uint8_t* codes, const float* sc, int64_t groups,
@@ -231,9 +238,10 @@ __attribute__((target("avx2,f16c"))) void decode_avx2_r(const uint8_t* codes, co
   }
 }
 
-void decode_avx2(const uint8_t* codes, const float* sc, int64_t groups, DType round_t, float* out) {
-  switch (round_code(round_t)) {
+void decode_avx2(const uint8_t* codes, const float* sc, int64_t groups, DType round_t, bool nan_free, float* out) {
+  switch (round_code(round_t, nan_free)) {
     case 1: return decode_avx2_r<1>(codes, sc, groups, out);
+    case 3: return decode_avx2_r<3>(codes, sc, groups, out);
     case 2: return decode_avx2_r<2>(codes, sc, groups, out);
     default: return decode_avx2_r<0>(codes, sc, groups, out);
   }
@@ -273,14 +281,16 @@ __attribute__((target("avx2,f16c"))) void rows_one_token_fixed(const float* x, c
 // of the products are then added to the lane sums in column order, as the AVX2 path adds them.
 template <int kRound>
 __attribute__((target("avx512f,avx2,f16c"))) inline __m512 round512(__m512 v) {
-  if constexpr (kRound == 1) {  // f32_to_bf16 then back: RNE on the high half; NaN → quiet, sign kept
+  if constexpr (kRound == 1 || kRound == 3) {  // f32_to_bf16 then back: RNE on the high half; NaN → quiet, sign kept
     const __m512i u = _mm512_castps_si512(v);
     const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    const __m512i rne = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), odd);
-    const __m512i quiet = _mm512_or_si512(u, _mm512_set1_epi32(0x00400000));
-    const __mmask16 is_nan =
-        _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)), _mm512_set1_epi32(0x7F800000));
-    const __m512i r = _mm512_mask_blend_epi32(is_nan, rne, quiet);
+    __m512i r = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), odd);
+    if constexpr (kRound == 1) {
+      const __m512i quiet = _mm512_or_si512(u, _mm512_set1_epi32(0x00400000));
+      const __mmask16 is_nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)),
+                                                       _mm512_set1_epi32(0x7F800000));
+      r = _mm512_mask_blend_epi32(is_nan, r, quiet);
+    }
     return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
   } else if constexpr (kRound == 2) {  // IEEE RNE with subnormals and overflow to inf, as f32_to_f16
     return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
@@ -339,9 +349,10 @@ void rows_one_token_nr(const float* x, const uint8_t* codes, int64_t ldc, const 
 
 template <bool k512>
 void rows_one_token_simd(const float* x, const uint8_t* codes, int64_t ldc, const float* sc, int64_t lds,
-                         int64_t groups, DType round_t, int nr, float* acc) {
-  switch (round_code(round_t)) {
+                         int64_t groups, DType round_t, bool nan_free, int nr, float* acc) {
+  switch (round_code(round_t, nan_free)) {
     case 1: return rows_one_token_nr<k512, 1>(x, codes, ldc, sc, lds, groups, nr, acc);
+    case 3: return rows_one_token_nr<k512, 3>(x, codes, ldc, sc, lds, groups, nr, acc);
     case 2: return rows_one_token_nr<k512, 2>(x, codes, ldc, sc, lds, groups, nr, acc);
     default: return rows_one_token_nr<k512, 0>(x, codes, ldc, sc, lds, groups, nr, acc);
   }
@@ -349,11 +360,12 @@ void rows_one_token_simd(const float* x, const uint8_t* codes, int64_t ldc, cons
 #endif
 
 // The kernels below take the instruction set CpuLinear::run read once (cpu_isa) for the whole call.
-void decode_rows(CpuIsa isa, const uint8_t* codes, const float* sc, int64_t groups, DType round_t, float* out) {
+void decode_rows(CpuIsa isa, const uint8_t* codes, const float* sc, int64_t groups, DType round_t, bool nan_free,
+                 float* out) {
 #if defined(NVFP4_CPU_AVX2)
-  if (isa >= CpuIsa::Avx2) return decode_avx2(codes, sc, groups, round_t, out);
+  if (isa >= CpuIsa::Avx2) return decode_avx2(codes, sc, groups, round_t, nan_free, out);
 #else
-  (void)isa;
+  (void)isa, (void)nan_free;
 #endif
   decode_portable(codes, sc, groups, round_t, out);
 }
@@ -375,12 +387,15 @@ int64_t tokens_per_tile(CpuIsa isa) { return isa == CpuIsa::Avx512 ? kMr512 : kM
 // acc[j·8 + l] = the lane sums of rows j < nr for one token x over all K; isa >= Avx2 (there is no portable
 // version: the portable path decodes a tile as for more tokens).
 void rows_one_token(CpuIsa isa, const float* x, const uint8_t* codes, int64_t ldc, const float* sc, int64_t lds,
-                    int64_t groups, DType round_t, int nr, float* acc) {
+                    int64_t groups, DType round_t, bool nan_free, int nr, float* acc) {
 #if defined(NVFP4_CPU_AVX2)
-  if (isa == CpuIsa::Avx512) return rows_one_token_simd<true>(x, codes, ldc, sc, lds, groups, round_t, nr, acc);
-  if (isa == CpuIsa::Avx2) return rows_one_token_simd<false>(x, codes, ldc, sc, lds, groups, round_t, nr, acc);
+  if (isa == CpuIsa::Avx512)
+    return rows_one_token_simd<true>(x, codes, ldc, sc, lds, groups, round_t, nan_free, nr, acc);
+  if (isa == CpuIsa::Avx2)
+    return rows_one_token_simd<false>(x, codes, ldc, sc, lds, groups, round_t, nan_free, nr, acc);
 #endif
-  (void)x, (void)codes, (void)ldc, (void)sc, (void)lds, (void)groups, (void)round_t, (void)nr, (void)acc;
+  (void)x, (void)codes, (void)ldc, (void)sc, (void)lds, (void)groups, (void)round_t, (void)nan_free, (void)nr,
+      (void)acc;
   fail(std::string("rows_one_token: no ") + cpu_isa_name(isa) + " kernel");
 }
 
@@ -429,6 +444,7 @@ CpuLinear::CpuLinear(const LinearWeights& w, Semantics s, DType act) : w_(w), se
   for (size_t i = 0; i < n; ++i) {
     const float sc = e4m3_decode(w.weight.scales[i]);
     wscale_[i] = s == Semantics::W4A4_VLLM ? sc * w.weight.global.dec : sc;  // vLLM: f32(S·D_w)
+    nan_free_scales_ = nan_free_scales_ && wscale_[i] == wscale_[i];
   }
 }
 
@@ -475,7 +491,7 @@ void CpuLinear::run(const uint16_t* x, int64_t m, uint16_t* y) const {
         std::fill(acc, acc + mbn * nb * kLanes, 0.0f);
         for (int64_t r = 0; one_token && r < nb; r += kNr)
           rows_one_token(isa, xf.data(), w_.weight.codes.data() + (rb + r) * (k / 2), k / 2,
-                         wscale_.data() + (rb + r) * groups, groups, groups, wround,
+                         wscale_.data() + (rb + r) * groups, groups, groups, wround, nan_free_scales_,
                          static_cast<int>(std::min<int64_t>(kNr, nb - r)), acc + r * kLanes);
         for (int64_t kc = 0; !one_token && kc < k; kc += kKBlock) {
           const int64_t kk = std::min(kKBlock, k - kc);
@@ -484,7 +500,7 @@ void CpuLinear::run(const uint16_t* x, int64_t m, uint16_t* y) const {
             for (int64_t r = 0; r < nb; ++r)
               decode_rows(isa, w_.weight.codes.data() + (rb + r) * (k / 2) + kc / 2,
                           wscale_.data() + (rb + r) * groups + kc / kGroupSize, kk / kGroupSize, wround,
-                          wt + r * kk);
+                          nan_free_scales_, wt + r * kk);
           for (int64_t r = 0; r < nb; r += kNr)
             for (int64_t i = 0; i < mbn; i += mr)
               tile(isa, xf.data() + (mb + i) * ldx + kc, ldx, static_cast<int>(std::min<int64_t>(mr, mbn - i)),

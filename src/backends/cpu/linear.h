@@ -36,6 +36,7 @@ class CpuLinear {
   Semantics sem_;
   DType act_;
   std::vector<float> wscale_;  // (N, K/16) f32 block scale for this semantics (S, or T(S·D_w) parts)
+  bool nan_free_scales_ = true;  // no entry of wscale_ is NaN (the vLLM flavour's rounding can skip its NaN test)
 };
 
 // Reference: the value before the final rounding to T, in f64, for each (m, n):

@@ -217,6 +217,35 @@ TEST(CpuLinear, NanBlockScaleStaysInItsRow) {
       }
 }
 
+// The vLLM flavour's per-weight rounding T(e2m1 · f32(S·D_w)) at its edges, on every instruction set against the
+// ordered oracle: D_w's low 16 mantissa bits are 0x8001 (just past a bf16 tie), 0x8000 with an even and an odd
+// kept half (ties to even), 0x7FFF (just below) and 0xFFFF (a carry into the exponent), so that scale byte 0x38
+// (S = 1) with code 2 (1.0) lands on each pattern exactly and the other scales and codes on their multiples;
+// D_w near the f32 maximum turns some products into infinities. Both activation types; one token and three (the
+// register and the tile decode). The AVX kernels leave out the rounding's NaN test when no scale is NaN.
+TEST(CpuLinear, VllmWeightRoundingAtItsEdgesOnEveryPath) {
+  const uint32_t dec_bits[] = {0x3F808001u, 0x3F808000u, 0x3F818000u, 0x3F807FFFu, 0x3F80FFFFu, 0x7E808001u};
+  const uint8_t scale_bytes[] = {0x38, 0x39, 0x3C, 0x30, 0x01, 0x7E, 0x48, 0x3F};
+  testing::for_each_cpu_isa([&](CpuIsa isa) {
+    for (uint32_t db : dec_bits)
+      for (DType act : {DType::BF16, DType::F16})
+        for (int64_t m : {1, 3}) {
+          const int64_t n = 16, k = 64;
+          Case c = make_case(m, n, k, act, false, 4242);
+          std::mt19937 rng(db);
+          for (auto& b : c.w.weight.codes) b = static_cast<uint8_t>(rng());
+          for (size_t i = 0; i < c.w.weight.scales.size(); ++i) c.w.weight.scales[i] = scale_bytes[i % 8];
+          c.w.weight.codes[0] = 0x22;  // row 0, columns 0 and 1: code 2 (1.0) with S = 1
+          c.w.weight.global = GlobalScale::from_dec(f32_from_bits(db));
+          const std::vector<uint16_t> want = ordered_oracle(c.w, Semantics::W4A4_VLLM, act, c.x.data(), m);
+          std::vector<uint16_t> y(static_cast<size_t>(m * n), 0xFFFF);
+          CpuLinear(c.w, Semantics::W4A4_VLLM, act).run(c.x.data(), m, y.data());
+          ASSERT_EQ(y, want) << cpu_isa_name(isa) << " D_w bits 0x" << std::hex << db << std::dec << " "
+                             << dtype_name(act) << " M=" << m;
+        }
+  });
+}
+
 // The thread count changes only which thread computes a row block, never the bits.
 TEST(CpuLinear, ThreadCountDoesNotChangeTheBits) {
   const Case c = make_case(33, 70, 1040, DType::BF16, true, 77);
