@@ -188,12 +188,27 @@ __attribute__((target("avx2"))) inline CodeSpread code_spread() {
           _mm256_set1_epi32(static_cast<int>(0xF0000000u))};
 }
 
+// The vLLM flavour's rounding of f32 lanes to bf16 and back, f32_to_bf16's rule (RNE on the high half; with
+// kNanTest a NaN becomes quiet and keeps its sign), on the lanes' bits: one body for the AVX2 kernels' 8 lanes and
+// the AVX-512F kernels' 16 (GCC vectors, inlined into and compiled for each kernel's instruction set). Without
+// kNanTest (no block scale of the layer is NaN, round_code 3) a product of a code and a scale is NaN only as the
+// invalid product 0 · inf, whose default NaN keeps its quiet bit through the plain rounding.
+// Always inlined, so GCC's note that passing these vectors by value changes the ABI does not apply (the note comes
+// where the template is instantiated, so it is silenced for the rest of the file).
+#pragma GCC diagnostic ignored "-Wpsabi"
+typedef uint32_t u32x8 __attribute__((vector_size(32)));
+typedef uint32_t u32x16 __attribute__((vector_size(64)));
+template <bool kNanTest, typename U>
+__attribute__((always_inline)) inline U bf16_round_lanes(U u) {
+  U r = u + 0x7FFFu + ((u >> 16) & 1u);
+  if constexpr (kNanTest) r = (u & 0x7FFFFFFFu) > 0x7F800000u ? (u | 0x00400000u) : r;
+  return r & 0xFFFF0000u;
+}
+
 // Decode the 8 codes of the 4 bytes at p (low nibble first) at once: one broadcast load, two shifts and a mask
 // give each lane its code as an index and at bits 28-31, then the signed value from decode8_table, then
 // · scale; the vLLM flavour's T rounding is the scalar rule of format/numerics.h done 8 lanes at a time. kRound:
-// 0 none, 1 bf16, 2 f16, 3 bf16 where no block scale is NaN (round_code): a product of a finite code and a non-NaN
-// scale is NaN only as the invalid product 0 · inf, whose default NaN keeps its quiet bit through the rounding, so
-// the NaN test and blend are left out.
+// 0 none, 1 bf16, 2 f16, 3 bf16 without the NaN test where no block scale is NaN (round_code, bf16_round_lanes).
 template <int kRound>
 __attribute__((target("avx2,f16c"))) inline __m256 decode8(const uint8_t* p, const CodeSpread& cs, __m256 table,
                                                           __m256 s) {
@@ -204,17 +219,8 @@ __attribute__((target("avx2,f16c"))) inline __m256 decode8(const uint8_t* p, con
   const __m256i top = _mm256_and_si256(_mm256_sllv_epi32(w, cs.left), cs.top);
   const __m256 q = _mm256_xor_ps(_mm256_permutevar8x32_ps(table, idx), _mm256_castsi256_ps(top));
   __m256 v = _mm256_mul_ps(q, s);
-  if constexpr (kRound == 1 || kRound == 3) {  // f32_to_bf16 then back: RNE on the high half; NaN → quiet, sign kept
-    const __m256i u = _mm256_castps_si256(v);
-    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    __m256i r = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), odd);
-    if constexpr (kRound == 1) {
-      const __m256i quiet = _mm256_or_si256(u, _mm256_set1_epi32(0x00400000));
-      const __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF)),
-                                                _mm256_set1_epi32(0x7F800000));
-      r = _mm256_blendv_epi8(r, quiet, is_nan);
-    }
-    v = _mm256_castsi256_ps(_mm256_and_si256(r, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
+  if constexpr (kRound == 1 || kRound == 3) {
+    v = reinterpret_cast<__m256>(bf16_round_lanes<kRound == 1>(reinterpret_cast<u32x8>(v)));
   } else if constexpr (kRound == 2) {  // IEEE RNE with subnormals and overflow to inf, as f32_to_f16
     v = _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
@@ -281,17 +287,8 @@ __attribute__((target("avx2,f16c"))) void rows_one_token_fixed(const float* x, c
 // of the products are then added to the lane sums in column order, as the AVX2 path adds them.
 template <int kRound>
 __attribute__((target("avx512f,avx2,f16c"))) inline __m512 round512(__m512 v) {
-  if constexpr (kRound == 1 || kRound == 3) {  // f32_to_bf16 then back: RNE on the high half; NaN → quiet, sign kept
-    const __m512i u = _mm512_castps_si512(v);
-    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), odd);
-    if constexpr (kRound == 1) {
-      const __m512i quiet = _mm512_or_si512(u, _mm512_set1_epi32(0x00400000));
-      const __mmask16 is_nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)),
-                                                       _mm512_set1_epi32(0x7F800000));
-      r = _mm512_mask_blend_epi32(is_nan, r, quiet);
-    }
-    return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+  if constexpr (kRound == 1 || kRound == 3) {
+    return reinterpret_cast<__m512>(bf16_round_lanes<kRound == 1>(reinterpret_cast<u32x16>(v)));
   } else if constexpr (kRound == 2) {  // IEEE RNE with subnormals and overflow to inf, as f32_to_f16
     return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
@@ -420,7 +417,7 @@ std::vector<float> prepare_activations(const LinearWeights& w, Semantics s, DTyp
         float* const v = row + g * kGroupSize;
         float os;
         const float sx = e4m3_decode(activation_group_scale(v, enc, gs_dec, &os));
-        const float sv = sx / enc;  // the vLLM flavour's f32(sx/gs_x)
+        const float sv = s == Semantics::W4A4 ? 0.0f : sx / enc;  // the vLLM flavour's f32(sx/gs_x)
         for (int j = 0; j < kGroupSize; ++j) {
           const float q = e2m1_decode(activation_code(v[j], os));
           v[j] = s == Semantics::W4A4 ? q * sx : round_to(act, q * sv);
